@@ -1,0 +1,66 @@
+"""What a log format is: a declaration (a line pattern with named groups and a stamp kind).
+
+A new text format is one module that builds a `LineFormat` and one sample file in
+`samples/formats/`. Formats that are not line-oriented (journal JSON) subclass `LineFormat` and
+override `parse`.
+
+Named groups the engine understands in `pattern` (all optional except `msg`):
+  stamp (the stamp as printed), mon, day, time, year, date, zone, epoch, mono, host, ident, pid,
+  unit, rank, level, msg.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+import polars as pl
+
+SAMPLES_DIR = Path(__file__).resolve().parent.parent.parent / "samples" / "formats"
+
+
+class Stamp(str, Enum):
+    """How the stamp groups of a format become a UTC time (see `forensics/timeparse.py`)."""
+
+    SYSLOG_NOYEAR = "syslog_noyear"   # mon, day, time: `May 25 20:17:19[.123456]`; year and zone inferred
+    ISO = "iso"                       # stamp: ISO 8601 with optional fraction and offset (`+HH:MM`, `+HHMM`, `Z`)
+    FULL = "full"                     # date, time, zone: `Sun 2025-05-25 20:17:19[.us] UTC` (zone abbreviation)
+    CTIME = "ctime"                   # mon, day, time, year: `Mon May 25 20:17:19 2025` (dmesg -T), zone assumed
+    LOCAL = "local"                   # date, time: `2025-05-25 20:17:19[.mmm]` (SGLang, glog), zone assumed
+    EPOCH = "epoch"                   # epoch: `1748204239.123456`
+    MONO = "mono"                     # mono: seconds since boot (dmesg raw, short-monotonic)
+    NONE = "none"                     # the format has no time
+
+
+class Continuation(str, Enum):
+    """Which unmatched lines after a record belong to it."""
+
+    INDENTED = "indented"   # only lines starting with white space (journalctl continuation lines)
+    ANY = "any"             # any line not starting a record (tracebacks, dmesg raw continuations)
+    NONE = "none"           # every line is its own record
+
+
+@dataclass(frozen=True)
+class LineFormat:
+    name: str
+    description: str
+    pattern: str                      # Rust-regex (polars) with named groups; matches a record's first line
+    stamp: Stamp
+    continuation: Continuation = Continuation.INDENTED
+    priority: int = 50                # lower is tried first when several formats match one line
+    detect_weight: float = 1.0        # <1 for loose patterns (generic fallbacks) so specific formats win
+    example: str = ""                 # one line shown by `forensics formats`
+    notes: str = ""
+    defaults: dict[str, str] = field(default_factory=dict)  # constant columns, e.g. {"ident": "kernel"}
+
+    @property
+    def sample_path(self) -> Path:
+        return SAMPLES_DIR / f"{self.name}.log"
+
+    def extract(self, lines: pl.Series) -> pl.DataFrame:
+        """Groups of `pattern` for each line (all null where it does not match)."""
+        return lines.str.extract_groups(self.pattern).struct.unnest()
+
+    def matches(self, lines: pl.Series) -> pl.Series:
+        return lines.str.contains(self.pattern)

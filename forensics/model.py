@@ -1,0 +1,148 @@
+"""The analysis model: what correlation produces and what reports render.
+
+Frozen dataclasses, so nothing untyped crosses the boundary between `correlate` and `render`.
+Every object has `to_json()` giving plain JSON-able data (the documented JSON of incidents and reports).
+Times are ISO 8601 UTC strings (`2025-05-25T20:17:19.000000Z`) or None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Confidence(str, Enum):
+    CONFIRMED = "confirmed"
+    LIKELY = "likely"
+    POSSIBLE = "possible"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One cited log record: `path:line` (through `line_end`) and what it shows."""
+
+    path: str
+    line: int
+    line_end: int
+    ts: str | None
+    ts_source: str
+    text: str                 # the record's message verbatim (may be multi-line)
+    note: str = ""            # why it is cited ("the kill line", "absent: no kernel log for the window")
+    source_id: str = ""
+
+
+@dataclass(frozen=True)
+class Event:
+    """An event as extracted by a rule (a row of the events table)."""
+
+    id: str                   # stable: `<source_id>:<line>:<rule>`
+    ts: str | None
+    ts_source: str
+    kind: str
+    rule: str
+    severity: str
+    role: str                 # role in this incident (correlation may revise the rule's default)
+    host: str | None
+    unit: str | None
+    pid: int | None
+    title: str
+    explain: str              # the rule's explanation, filled with this event's values
+    next_steps: tuple[str, ...]
+    fields: dict[str, Any]
+    message: str
+    path: str
+    line: int
+    line_end: int
+    format: str
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """A correlation that fired: a cause, what it explains, and how sure we are."""
+
+    rule: str                 # correlation id, e.g. `sigkill.kernel_oom`
+    kind: str                 # the root-cause kind, e.g. `oom_kill`, `flashinfer_arch_unsupported`
+    confidence: Confidence
+    statement: str            # one or two sentences, in the voice of the seeds
+    cause_event: str | None   # Event.id of the cause (None when the cause is suspected, not seen)
+    explains: tuple[str, ...]  # Event.ids of the symptoms it accounts for
+    evidence_for: tuple[Evidence, ...]
+    evidence_against: tuple[Evidence, ...]
+    alternatives: tuple[str, ...]   # other explanations considered, each with why ruled out / left open
+    next_steps: tuple[str, ...]     # exact commands that would decide it
+    unit: str | None = None
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str                 # `--mem-fraction-static`
+    value: str                # as given (`0.90`, `true` for a bare switch)
+    note: str = ""            # review note from the knowledge pack, "" if none
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    unit: str | None
+    host: str | None
+    command: str              # the command line as logged
+    flags: tuple[Flag, ...]
+    evidence: Evidence
+    arithmetic: tuple[str, ...] = ()   # e.g. `0.90 x 96 GB = 86.4 GB reserved per GPU`
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Something the logs cannot show, and how to get it."""
+
+    what: str
+    why: str
+    commands: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    path: str
+    sha256: str
+    format: str
+    confidence: float
+    host: str | None
+    records: int
+    unparsed: int
+    first_ts: str | None
+    last_ts: str | None
+    time_anchor: str          # how times in this source were obtained, in words
+
+
+@dataclass(frozen=True)
+class Incident:
+    id: str                   # `2025-05-25-dflash-train-sglang-k26-eagle3`
+    start: str | None
+    end: str | None
+    hosts: tuple[str, ...]
+    units: tuple[str, ...]
+    headline: str
+    root_cause: Conclusion | None          # the primary conclusion
+    conclusions: tuple[Conclusion, ...]     # all conclusions, root cause first
+    events: tuple[Event, ...]               # every event in the incident, chronological
+    symptoms: tuple[str, ...]               # Event.ids explained by some conclusion
+    configs: tuple[ServerConfig, ...]
+    environment: dict[str, str]             # `gpu`, `sm`, `driver`, `cuda`, `torch`, `flashinfer`, `sglang`, `kernel`, `host`
+    gaps: tuple[Gap, ...]
+    sources: tuple[SourceInfo, ...]         # sources that cover the incident's hosts
+
+    def to_json(self) -> dict[str, Any]:
+        return to_jsonable(self)
+
+
+def to_jsonable(obj: Any) -> Any:
+    if isinstance(obj, Enum):
+        return obj.value
+    if hasattr(obj, "__dataclass_fields__"):
+        return {k: to_jsonable(v) for k, v in asdict(obj).items()}
+    if isinstance(obj, dict):
+        return {k: to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    return obj
