@@ -1,0 +1,74 @@
+"""The format registry: an explicit dict, name -> format. A new format is one module plus one entry here."""
+
+from __future__ import annotations
+
+from . import (
+    dmesg,
+    dmesg_ctime,
+    dmesg_decode,
+    dmesg_iso,
+    dmesg_prio,
+    flashinfer_jit,
+    generic,
+    glog,
+    journal_json,
+    journal_short,
+    journal_short_full,
+    journal_short_iso,
+    journal_short_iso_precise,
+    journal_short_monotonic,
+    journal_short_precise,
+    journal_short_unix,
+    journal_with_unit,
+    sglang,
+    syslog,
+    syslog_rfc3339,
+    systemctl_is_active,
+    systemctl_status,
+    text,
+    unit_file,
+    uvicorn,
+)
+from .base import Continuation, LineFormat, Stamp, StructuredFormat
+
+_ALL: tuple[LineFormat, ...] = (
+    journal_short.FORMAT,
+    journal_short_precise.FORMAT,
+    journal_short_iso.FORMAT,
+    journal_short_iso_precise.FORMAT,
+    journal_short_full.FORMAT,
+    journal_with_unit.FORMAT,
+    journal_short_monotonic.FORMAT,
+    journal_short_unix.FORMAT,
+    *journal_json.FORMATS,
+    systemctl_status.FORMAT,
+    unit_file.FORMAT,
+    systemctl_is_active.FORMAT,
+    dmesg.FORMAT,
+    dmesg_prio.FORMAT,
+    dmesg_decode.FORMAT,
+    dmesg_ctime.FORMAT,
+    dmesg_iso.FORMAT,
+    sglang.FORMAT,
+    uvicorn.FORMAT,
+    glog.FORMAT,
+    flashinfer_jit.FORMAT,
+    syslog.FORMAT,
+    syslog_rfc3339.FORMAT,
+    generic.FORMAT,
+    text.FORMAT,
+)
+
+FORMATS: dict[str, LineFormat] = {f.name: f for f in _ALL}
+TEXT = text.FORMAT
+
+JOURNAL_TEXT = frozenset({
+    "journal-short", "journal-short-precise", "journal-short-iso", "journal-short-iso-precise",
+    "journal-short-full", "journal-with-unit", "journal-short-monotonic", "journal-short-unix",
+    "syslog", "syslog-rfc3339",
+})
+JOURNAL_ALL = JOURNAL_TEXT | {"journal-json", "journal-json-pretty", "journal-json-seq"}
+DMESG = frozenset({"dmesg", "dmesg-prio", "dmesg-decode", "dmesg-ctime", "dmesg-iso"})
+
+__all__ = ["FORMATS", "TEXT", "JOURNAL_TEXT", "JOURNAL_ALL", "DMESG", "LineFormat", "StructuredFormat", "Stamp",
+           "Continuation"]

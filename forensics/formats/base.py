@@ -64,3 +64,31 @@ class LineFormat:
 
     def matches(self, lines: pl.Series) -> pl.Series:
         return lines.str.contains(self.pattern)
+
+
+@dataclass(frozen=True)
+class PostContext:
+    """What a format's post-processing hook may use."""
+
+    path: str
+    tz: str
+
+
+class HookedFormat(LineFormat):
+    """A line format with a post-processing hook over its parsed rows (same frame in, same frame out).
+
+    The frame holds the named groups, `text` (the raw line), `line`, and the standard columns."""
+
+    def post(self, df: pl.DataFrame, ctx: PostContext) -> pl.DataFrame:
+        return df
+
+
+class StructuredFormat(LineFormat):
+    """A format whose records are not one line each (JSON objects). It parses whole batches itself."""
+
+    def detect_score(self, lines: pl.Series) -> float:
+        raise NotImplementedError
+
+    def parse_batch(self, lines: pl.DataFrame, ctx: PostContext, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """(records in RECORD_SCHEMA minus source columns, lines to carry into the next batch)."""
+        raise NotImplementedError

@@ -1,0 +1,13 @@
+"""Format `glog`: glog / c10 lines (PyTorch, NCCL, kubelet): `[rank1]:[E0525 20:17:19.059515605 ProcessGroupNCCL.cpp:632] msg`; no year."""
+
+from .base import Continuation, LineFormat, Stamp
+
+FORMAT = LineFormat(
+    name='glog',
+    description='glog / c10 lines (PyTorch, NCCL, kubelet): `[rank1]:[E0525 20:17:19.059515605 ProcessGroupNCCL.cpp:632] msg`; no year',
+    pattern='^(?:\\[rank(?P<rank>\\d+)\\]:)?\\[?(?P<stamp>(?P<level>[IWEF])(?P<mon>\\d{2})(?P<day>\\d{2}) (?P<time>\\d{2}:\\d{2}:\\d{2}\\.\\d+))\\s+(?:(?P<pid>\\d+) )?(?P<ident>[\\w.\\-]+:\\d+)\\] ?(?P<msg>.*)$',
+    stamp=Stamp.SYSLOG_NOYEAR,
+    priority=11,
+    continuation=Continuation.ANY,
+    example='[rank1]:[E0525 20:17:19.059515605 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=78, OpType=BROADCAST, NumelIn=80, NumelOut=80, Timeout(ms)=600000) ran for 600096 milliseconds before timing out.',
+)

@@ -1,0 +1,158 @@
+"""Formats `journal-json`, `journal-json-pretty`, `journal-json-seq`: journalctl's JSON output modes.
+
+Fields are read with polars' JSON path matching over whole batches. `MESSAGE` given as an array of byte
+values (non-UTF-8 or non-printable text) is decoded with replacement; a `null` field (journalctl omits
+values of 4096 bytes or more unless `--all`) is kept as a visible marker, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+
+from ..schema import TS, TimeSource
+from .base import Continuation, PostContext, Stamp, StructuredFormat
+
+PRIORITIES = {"0": "emerg", "1": "alert", "2": "crit", "3": "err", "4": "warning", "5": "notice", "6": "info",
+              "7": "debug"}
+OMITTED = "<MESSAGE omitted by journalctl: 4096 bytes or more; export again with `journalctl -o json --all`>"
+
+
+def _field(name: str) -> pl.Expr:
+    return pl.col("obj").str.json_path_match(f"$.{name}")
+
+
+def _decode_message(value: str | None) -> str:
+    if value is None:
+        return OMITTED
+    if value.startswith("["):
+        try:
+            items = json.loads(value)
+        except ValueError:
+            return value
+        if all(isinstance(i, int) for i in items):
+            return bytes(i & 0xFF for i in items).decode("utf-8", "replace")
+        return "\n".join(str(i) for i in items)  # a repeated field: all values
+    return value
+
+
+def records_from_objects(objs: pl.DataFrame) -> pl.DataFrame:
+    """Frame of (`line`, `line_end`, `obj` JSON text) -> records (without source columns)."""
+    raw_msg = _field("MESSAGE")
+    df = objs.with_columns(
+        raw_msg.alias("_msg"),
+        _field("MESSAGE").is_null().alias("_msg_null"),
+        _field("__REALTIME_TIMESTAMP").alias("_rt"),
+        _field("_SOURCE_REALTIME_TIMESTAMP").alias("_srt"),
+        _field("__MONOTONIC_TIMESTAMP").alias("_mt"),
+        _field("_SOURCE_MONOTONIC_TIMESTAMP").alias("_smt"),
+        _field("_BOOT_ID").alias("boot_id"),
+        pl.coalesce(_field("_PID"), _field("SYSLOG_PID")).cast(pl.Int64, strict=False).alias("pid"),
+        pl.coalesce(_field("UNIT"), _field("USER_UNIT"), _field("_SYSTEMD_UNIT"), _field("_SYSTEMD_USER_UNIT"))
+        .alias("unit"),
+        pl.coalesce(_field("SYSLOG_IDENTIFIER"), _field("_COMM")).alias("ident"),
+        _field("PRIORITY").replace_strict(PRIORITIES, default=None).alias("level"),
+        _field("_HOSTNAME").alias("host"),
+        _field("_TRANSPORT").alias("_transport"),
+    )
+    needs_decode = df["_msg"].is_null() | df["_msg"].str.starts_with("[")
+    if needs_decode.any():
+        fixed = [_decode_message(v) if bad else v for v, bad in zip(df["_msg"].to_list(), needs_decode.to_list())]
+        df = df.with_columns(pl.Series("_msg", fixed, dtype=pl.String))
+    rt = pl.col("_rt").cast(pl.Int64, strict=False)
+    kernel = pl.col("_transport") == "kernel"
+    mono_us = pl.when(kernel & pl.col("_smt").is_not_null()).then(pl.col("_smt")).otherwise(pl.col("_mt"))
+    return df.select(
+        rt.cast(TS).alias("ts"),
+        pl.when(rt.is_not_null()).then(pl.lit(TimeSource.EXACT.value)).otherwise(pl.lit(TimeSource.NONE.value))
+        .alias("ts_source"),
+        pl.col("_rt").alias("ts_text"),
+        pl.lit(None, dtype=pl.String).alias("ts_anchor"),
+        "boot_id",
+        (mono_us.cast(pl.Float64, strict=False) / 1e6).alias("mono"),
+        "host",
+        pl.when(kernel & pl.col("ident").is_null()).then(pl.lit("kernel")).otherwise(pl.col("ident")).alias("ident"),
+        "pid",
+        "unit",
+        pl.lit(None, dtype=pl.String).alias("rank"),
+        "level",
+        pl.col("_msg").alias("message"),
+        "line",
+        "line_end",
+    )
+
+
+class JournalJson(StructuredFormat):
+    def detect_score(self, lines: pl.Series) -> float:
+        nonblank = lines.filter(lines.str.strip_chars() != "")
+        if nonblank.len() == 0:
+            return 0.0
+        ok = nonblank.str.contains(self.pattern).sum()
+        return float(ok) / nonblank.len()
+
+    def parse_batch(self, lines: pl.DataFrame, ctx: PostContext, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+        text = pl.col("text").str.strip_chars_start("\x1e")
+        objs = lines.filter(pl.col("text").str.strip_chars() != "").select(
+            "line", pl.col("line").alias("line_end"), text.alias("obj"))
+        return records_from_objects(objs), lines.clear()
+
+
+class JournalJsonPretty(StructuredFormat):
+    """Indented objects: `{` alone on a line opens one, `}` alone closes it."""
+
+    def detect_score(self, lines: pl.Series) -> float:
+        head = lines.head(200)
+        opens = (head == "{").sum()
+        has_rt = head.str.contains(r'^\s+"__REALTIME_TIMESTAMP" : ').any()
+        return 1.0 if opens and has_rt else 0.0
+
+    def parse_batch(self, lines: pl.DataFrame, ctx: PostContext, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+        closes = lines.filter(pl.col("text") == "}")
+        if closes.height == 0:
+            return records_from_objects(_no_objs()), lines
+        last_close = closes["line"].max()
+        done = lines.filter(pl.col("line") <= last_close)
+        carry = lines.filter(pl.col("line") > last_close)
+        grouped = (done.with_columns((pl.col("text") == "{").cum_sum().alias("_obj"))
+                   .filter(pl.col("_obj") > 0)
+                   .group_by("_obj", maintain_order=True)
+                   .agg(pl.col("line").min().alias("line"), pl.col("line").max().alias("line_end"),
+                        pl.col("text").str.join("\n").alias("obj")))
+        return records_from_objects(grouped.drop("_obj")), carry
+
+
+def _no_objs() -> pl.DataFrame:
+    return pl.DataFrame(schema={"line": pl.Int64, "line_end": pl.Int64, "obj": pl.String})
+
+
+FORMATS = (
+    JournalJson(
+        name="journal-json",
+        description="journalctl -o json: one JSON object per line (all values strings; MESSAGE may be a byte array)",
+        pattern=r'^\{.*"__REALTIME_TIMESTAMP"',
+        stamp=Stamp.EPOCH,
+        continuation=Continuation.NONE,
+        priority=1,
+        example='{"__REALTIME_TIMESTAMP":"1748204239000000","_HOSTNAME":"dflash-train","SYSLOG_IDENTIFIER":"systemd",'
+                '"_PID":"1","MESSAGE":"sglang.service: Failed with result \'signal\'."}',
+    ),
+    JournalJsonPretty(
+        name="journal-json-pretty",
+        description="journalctl -o json-pretty: indented JSON objects",
+        pattern=r"^\{$",
+        stamp=Stamp.EPOCH,
+        continuation=Continuation.NONE,
+        priority=2,
+        example='{\n\t"__REALTIME_TIMESTAMP" : "1748204239000000",\n\t"MESSAGE" : "..."\n}',
+    ),
+    JournalJson(
+        name="journal-json-seq",
+        description="journalctl -o json-seq (RFC 7464): each object preceded by the RS byte 0x1E",
+        pattern='^\x1e\\{.*"__REALTIME_TIMESTAMP"',
+        stamp=Stamp.EPOCH,
+        continuation=Continuation.NONE,
+        priority=0,
+        example='\\x1e{"__REALTIME_TIMESTAMP":"1748204239000000","MESSAGE":"..."}',
+    ),
+)

@@ -1,0 +1,165 @@
+"""Lines -> records, vectorised: each format's pattern runs once over the lines no earlier format claimed.
+
+A record is a first line a format recognises plus the continuation lines that belong to it (indented
+journal continuation lines, raw traceback lines under an SGLang record, dmesg's unprefixed lines, a line
+after one ending in a backslash). Lines nobody claims become untimed `text` records: nothing is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from .detect import Detection, detect
+from .formats import FORMATS, TEXT, LineFormat, StructuredFormat
+from .formats.base import Continuation, HookedFormat, PostContext
+from .schema import RECORD_SCHEMA, TimeSource, conform
+from .timeparse import stamp_exprs
+
+LEVELS = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
+# columns a format frame carries between parsing and record assembly
+WORK = ("line", "text", "ts", "ts_source", "ts_text", "mono", "host", "ident", "pid", "unit", "rank", "level",
+        "message", "format", "_policy")
+
+
+@dataclass(frozen=True)
+class ParseContext:
+    path: str
+    tz: str = "UTC"
+    source_id: str = ""
+
+    @property
+    def post(self) -> PostContext:
+        return PostContext(path=self.path, tz=self.tz)
+
+
+def _group(df: pl.DataFrame, name: str, dtype: pl.DataType = pl.String) -> pl.Expr:
+    return pl.col(name).cast(dtype, strict=False) if name in df.columns else pl.lit(None, dtype=dtype)
+
+
+def _standardise(fmt: LineFormat, df: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    """A format's matched rows (named groups + line + text) -> the working columns."""
+    ts, ts_source, mono = stamp_exprs(fmt.stamp, set(df.columns), ctx.tz)
+    level = _group(df, "level")
+    if "prio" in df.columns:
+        prio_level = (pl.col("prio").cast(pl.Int64, strict=False) % 8).replace_strict(
+            dict(enumerate(LEVELS)), default=None, return_dtype=pl.String)
+        level = pl.coalesce(level, prio_level)
+    df = df.with_columns(
+        ts.alias("ts"),
+        ts_source.alias("ts_source"),
+        _group(df, "stamp").alias("ts_text"),
+        (mono if mono is not None else pl.lit(None, dtype=pl.Float64)).alias("mono"),
+        pl.coalesce(_group(df, "ident"), pl.lit(fmt.defaults.get("ident"), dtype=pl.String)).alias("ident"),
+        _group(df, "pid", pl.Int64).alias("pid"),
+        _group(df, "unit").alias("unit"),
+        _group(df, "rank").str.strip_chars().replace("", None).alias("rank"),
+        level.alias("level"),
+        _group(df, "host").alias("host"),
+    )
+    if isinstance(fmt, HookedFormat):
+        df = fmt.post(df, ctx.post)
+    return df.select(
+        "line", "text", "ts", "ts_source", "ts_text", "mono", "host", "ident", "pid", "unit", "rank", "level",
+        pl.col("msg").alias("message"),
+        pl.lit(fmt.name).alias("format"),
+        pl.lit(fmt.continuation.value).alias("_policy"),
+    )
+
+
+def parse_lines(lines: pl.DataFrame, formats: list[LineFormat], ctx: ParseContext,
+                final: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Parse a batch of (`line`, `text`) rows. Returns (records, carry): `carry` holds the trailing lines of a
+    record that may continue in the next batch (empty when `final`)."""
+    parts: list[pl.DataFrame] = []
+    rest = lines
+    for fmt in formats:
+        if rest.height == 0:
+            break
+        if fmt is TEXT:
+            continue
+        groups = fmt.extract(rest["text"])
+        hit = groups["msg"].is_not_null()
+        if hit.any():
+            matched = pl.concat([rest.filter(hit), groups.filter(hit)], how="horizontal")
+            parts.append(_standardise(fmt, matched, ctx))
+        rest = rest.filter(~hit)
+    if rest.height:
+        parts.append(_standardise(TEXT, rest.with_columns(pl.col("text").alias("msg")), ctx))
+    df = pl.concat(parts, how="vertical_relaxed").sort("line") if len(parts) > 1 else parts[0]
+    return _assemble(df, ctx, final)
+
+
+def _assemble(df: pl.DataFrame, ctx: ParseContext, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+    real = pl.col("format") != TEXT.name
+    policy = pl.when(real).then(pl.col("_policy")).forward_fill()
+    cont = (~real & policy.is_not_null() & (
+        (policy == Continuation.ANY.value)
+        | ((policy == Continuation.INDENTED.value) & pl.col("text").str.contains(r"^\s"))
+        | pl.col("text").shift(1).str.ends_with("\\").fill_null(False)
+    ))
+    df = df.with_columns(cont.alias("_cont")).with_columns((~pl.col("_cont")).cum_sum().alias("_rid"))
+    carry = df.clear().select("line", "text")
+    if not final and df.height:
+        last = df["_rid"][-1]
+        tail = df.filter(pl.col("_rid") == last)
+        if tail.height < df.height:
+            carry = tail.select("line", "text")
+            df = df.filter(pl.col("_rid") != last)
+    if df["_cont"].any():
+        piece = pl.when(pl.col("_cont")).then(pl.col("text")).otherwise(pl.col("message"))
+        first_cols = [pl.col(c).first() for c in WORK if c not in ("line", "message", "text")]
+        df = (df.with_columns(piece.alias("message"))
+              .group_by("_rid", maintain_order=True)
+              .agg(pl.col("line").first(), pl.col("line").last().alias("line_end"),
+                   pl.col("message").str.join("\n"), *first_cols))
+    else:
+        df = df.with_columns(pl.col("line").alias("line_end"))
+    out = df.with_columns(
+        pl.lit(None, dtype=pl.String).alias("ts_anchor"),
+        pl.lit(None, dtype=pl.String).alias("boot_id"),
+        pl.lit(ctx.source_id).alias("source_id"),
+        pl.lit(ctx.path).alias("path"),
+    )
+    return conform(out, RECORD_SCHEMA), carry
+
+
+def parse_structured(fmt: StructuredFormat, lines: pl.DataFrame, ctx: ParseContext,
+                     final: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
+    recs, carry = fmt.parse_batch(lines, ctx.post, final)
+    recs = recs.with_columns(pl.lit(fmt.name).alias("format"), pl.lit(ctx.source_id).alias("source_id"),
+                             pl.lit(ctx.path).alias("path"))
+    if final and carry.height:  # an unterminated object at the end: keep its lines as text records
+        tail, _ = parse_lines(carry, [TEXT], ctx, final=True)
+        recs = pl.concat([conform(recs, RECORD_SCHEMA), tail])
+        carry = carry.clear()
+    return conform(recs, RECORD_SCHEMA), carry
+
+
+def resolve(detection: Detection) -> list[LineFormat]:
+    return [FORMATS[name] for name in detection.formats]
+
+
+def parse_text(text: str, fmt: str | None = None, path: str = "<example>", tz: str = "UTC") -> pl.DataFrame:
+    """Parse a string holding log lines (any supported format) into records. For examples, tests, `explain`."""
+    from .normalise import normalise_batch
+
+    raw = text[:-1] if text.endswith("\n") else text
+    lines = pl.DataFrame({"line": pl.int_range(1, raw.count("\n") + 2, eager=True, dtype=pl.Int64),
+                          "text": pl.Series(raw.split("\n"), dtype=pl.String)})
+    detection = detect(lines["text"], path, forced=fmt)
+    ctx = ParseContext(path=path, tz=tz, source_id="example")
+    formats = resolve(detection)
+    if len(formats) == 1 and isinstance(formats[0], StructuredFormat):
+        recs, _ = parse_structured(formats[0], lines, ctx, final=True)
+    else:
+        recs, _ = parse_lines(lines, formats, ctx, final=True)
+    recs = normalise_batch(recs)
+    from .normalise import fix_source_times
+
+    return fix_source_times(recs, tz=tz, year=None, anchors=None, mtime=None).records
+
+
+def time_source_is_inferred(ts_source: str) -> bool:
+    return ts_source not in (TimeSource.EXACT.value, TimeSource.NONE.value)

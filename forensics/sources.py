@@ -1,0 +1,263 @@
+"""Inputs: expand paths, globs, directories and `-` into sources; open compressed files; read line batches.
+
+A source is read as bytes in large blocks split at line ends, decoded with replacement (counted), CRLF
+and NUL bytes handled, and handed on as a polars frame of (`line`, `text`) rows.
+"""
+
+from __future__ import annotations
+
+import bz2
+import glob
+import gzip
+import hashlib
+import io
+import lzma
+import os
+import re
+import stat
+import struct
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import polars as pl
+
+BLOCK = 32 << 20  # bytes read per batch
+ROTATED = re.compile(r"^(?P<base>.+?)(?:[.-](?P<n>\d+))?(?P<ext>\.(?:gz|bz2|xz|zst))?$")
+COMPRESSED = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd"}
+MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"))
+
+
+class SourceError(Exception):
+    """A source could not be read; the message names it and says how to fix it."""
+
+
+@dataclass(frozen=True)
+class Source:
+    path: str                 # as given (or `-` / `<stdin>`)
+    real: Path | None         # None for stdin
+    compression: str | None   # gzip, bzip2, xz, zstd or None
+    mtime: float | None       # file mtime, or the gzip header mtime when set
+    stdin_data: bytes | None = None
+
+    @property
+    def display(self) -> str:
+        return "<stdin>" if self.real is None else self.path
+
+
+@dataclass
+class ReadStats:
+    """Counts of what decoding had to repair, per source."""
+
+    bytes: int = 0
+    lines: int = 0
+    invalid_utf8: int = 0   # lines that held invalid UTF-8 (decoded with U+FFFD)
+    nul_bytes: int = 0      # NUL bytes replaced by U+FFFD... counted here
+    crlf: int = 0           # lines that ended in CRLF
+    sha: "hashlib._Hash | None" = None
+
+
+def rotation_key(path: str) -> tuple[str, int, str]:
+    """Sort rotated logs oldest first: `syslog.2.gz`, `syslog.1`, `syslog`."""
+    name = os.path.basename(path)
+    m = ROTATED.match(name)
+    base, n = (m.group("base"), int(m.group("n"))) if m and m.group("n") else (name, 0)
+    if m and not m.group("n") and m.group("ext"):
+        base = m.group("base")
+    return (os.path.join(os.path.dirname(path), base), -n, path)
+
+
+def expand(inputs: list[str]) -> tuple[list[Source], list[str]]:
+    """Expand inputs to sources. Returns (sources, errors); errors name the input and the fix."""
+    out: list[Source] = []
+    errors: list[str] = []
+    for item in inputs:
+        if item == "-":
+            out.append(Source("-", None, None, None, stdin_data=sys.stdin.buffer.read()))
+            continue
+        paths = sorted(glob.glob(item)) if glob.has_magic(item) else [item]
+        if not paths:
+            errors.append(f"{item}: no file matches this pattern; check the glob (quote it to let forensics expand it)")
+            continue
+        for p in paths:
+            files, errs = _expand_path(p)
+            out.extend(files)
+            errors.extend(errs)
+    seen: set[str] = set()
+    unique = []
+    for s in out:
+        key = str(s.real.resolve()) if s.real else "-"
+        if key not in seen:
+            seen.add(key)
+            unique.append(s)
+    return unique, errors
+
+
+def _expand_path(p: str) -> tuple[list[Source], list[str]]:
+    path = Path(p)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return [], [f"{p}: no such file or directory; check the path"]
+    except PermissionError:
+        return [], [f"{p}: permission denied; run with access to it (e.g. sudo) or copy it readable"]
+    if stat.S_ISDIR(st.st_mode):
+        found = []
+        for root, dirs, files in os.walk(p):
+            dirs.sort()
+            for f in files:
+                if not f.startswith("."):
+                    found.append(os.path.join(root, f))
+        found.sort(key=rotation_key)
+        srcs, errs = [], []
+        for f in found:
+            s, e = _expand_path(f)
+            srcs.extend(s)
+            errs.extend(e)
+        return srcs, errs
+    if not stat.S_ISREG(st.st_mode):
+        return [], [f"{p}: not a regular file (a FIFO, socket or device); copy its content to a file "
+                     f"or pipe it to `forensics ingest -`"]
+    if not os.access(p, os.R_OK):
+        return [], [f"{p}: permission denied; run with access to it (e.g. sudo) or copy it readable"]
+    comp = _compression(path)
+    mtime = st.st_mtime
+    if comp == "gzip":
+        mtime = _gzip_mtime(path) or mtime
+    return [Source(p, path, comp, mtime)], []
+
+
+def _compression(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError:
+        return None
+    for magic, name in MAGIC:
+        if head.startswith(magic):
+            return name
+    return None
+
+
+def _gzip_mtime(path: Path) -> float | None:
+    with open(path, "rb") as fh:
+        head = fh.read(10)
+    if len(head) < 10:
+        return None
+    (mt,) = struct.unpack("<I", head[4:8])
+    return float(mt) if mt else None
+
+
+def open_binary(src: Source) -> BinaryIO:
+    if src.real is None:
+        return io.BytesIO(src.stdin_data or b"")
+    if src.compression == "gzip":
+        return gzip.open(src.real, "rb")  # type: ignore[return-value]
+    if src.compression == "bzip2":
+        return bz2.open(src.real, "rb")  # type: ignore[return-value]
+    if src.compression == "xz":
+        return lzma.open(src.real, "rb")  # type: ignore[return-value]
+    if src.compression == "zstd":
+        import zstandard
+
+        return zstandard.ZstdDecompressor().stream_reader(open(src.real, "rb"))  # type: ignore[return-value]
+    return open(src.real, "rb")
+
+
+def head_bytes(src: Source, n: int = 256 << 10) -> bytes:
+    """The first `n` bytes (decompressed), for format detection."""
+    try:
+        with open_binary(src) as fh:
+            return fh.read(n)
+    except (OSError, EOFError, lzma.LZMAError) as e:
+        raise SourceError(f"{src.display}: cannot read ({e}); the file may be truncated or not what its "
+                          f"name says") from e
+
+
+def read_batches(src: Source, stats: ReadStats, block: int = BLOCK) -> Iterator[pl.DataFrame]:
+    """Yield frames of (`line` Int64 1-based, `text` String) in order, covering every line of the source."""
+    stats.sha = hashlib.sha256()
+    lineno = 1
+    rest = b""
+    try:
+        fh = open_binary(src)
+    except OSError as e:
+        raise SourceError(f"{src.display}: cannot open ({e.strerror or e})") from e
+    with fh:
+        while True:
+            try:
+                chunk = fh.read(block)
+            except (OSError, EOFError, lzma.LZMAError, zlib_error()) as e:
+                # truncated compressed stream: keep what was read, report the rest as lost
+                if rest:
+                    df = _decode(rest, lineno, stats)
+                    lineno += df.height
+                    yield df
+                raise SourceError(f"{src.display}: line {lineno}: compressed stream ends early ({e}); "
+                                  f"the lines before it were ingested; re-copy the file to get the rest") from e
+            if not chunk:
+                break
+            stats.sha.update(chunk)
+            stats.bytes += len(chunk)
+            data = rest + chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                rest = data
+                continue
+            rest = data[cut + 1:]
+            df = _decode(data[: cut + 1], lineno, stats)
+            lineno += df.height
+            yield df
+    if rest:
+        df = _decode(rest, lineno, stats)
+        yield df
+
+
+def zlib_error() -> type[BaseException]:
+    import zlib
+
+    return zlib.error
+
+
+def _decode(data: bytes, first_line: int, stats: ReadStats) -> pl.DataFrame:
+    """Bytes holding whole lines -> frame; the final newline does not make an extra empty line."""
+    if data.endswith(b"\n"):
+        data = data[:-1]
+    nul = data.count(b"\x00")
+    if nul:
+        stats.nul_bytes += nul
+        data = data.replace(b"\x00", "\ufffd".encode())
+    raw = pl.Series("text", data.split(b"\n"), dtype=pl.Binary)
+    try:
+        text = raw.cast(pl.String)
+    except Exception:
+        lines = [b.decode("utf-8", "replace") for b in data.split(b"\n")]
+        text = pl.Series("text", lines, dtype=pl.String)
+        bad = sum(1 for b in data.split(b"\n") if _invalid(b))
+        stats.invalid_utf8 += bad
+    cr = text.str.ends_with("\r")
+    ncr = int(cr.sum())
+    if ncr:
+        stats.crlf += ncr
+        text = text.str.strip_suffix("\r")
+    n = text.len()
+    stats.lines += n
+    return pl.DataFrame({"line": pl.int_range(first_line, first_line + n, eager=True, dtype=pl.Int64), "text": text})
+
+
+def _invalid(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return False
+    except UnicodeDecodeError:
+        return True
+
+
+def file_sha256(src: Source) -> str:
+    h = hashlib.sha256()
+    with open_binary(src) as fh:
+        while chunk := fh.read(BLOCK):
+            h.update(chunk)
+    return h.hexdigest()
