@@ -1,7 +1,200 @@
-"""Command line (thin: every command calls the library)."""
+"""Command line. Thin: parse options, call the library, print. Data on stdout, everything else on stderr.
+
+Exit codes: 0 all good, 1 some input failed (the rest landed) or nothing matched, 2 could not run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from datetime import datetime, timezone
+
 import click
+import polars as pl
+from dateutil import parser as dateparser
+
+from . import __version__
+from .formats import FORMATS, StructuredFormat
+from .store import Store, StoreError
+
+
+def parse_when(value: str | None, tz: str = "UTC") -> datetime | None:
+    """`2025-05-25`, `2025-05-25 20:15`, ISO 8601 with or without zone -> aware UTC datetime."""
+    if not value:
+        return None
+    try:
+        t = dateparser.parse(value)
+    except (ValueError, OverflowError) as e:
+        raise click.BadParameter(f"{value!r} is not a date/time; use e.g. 2025-05-25 or '2025-05-25 20:15'") from e
+    if t.tzinfo is None:
+        from zoneinfo import ZoneInfo
+
+        t = t.replace(tzinfo=ZoneInfo(tz))
+    return t.astimezone(timezone.utc)
 
 
 @click.group()
-def main() -> None:
-    """forensics: log forensics and incident reports."""
+@click.option("--store", "store_path", envvar="FORENSICS_STORE", default=".forensics", show_default=True,
+              help="Store directory (env FORENSICS_STORE).")
+@click.version_option(__version__, prog_name="forensics")
+@click.pass_context
+def main(ctx: click.Context, store_path: str) -> None:
+    """forensics: read logs off a broken GPU host, find the incident, write the postmortem."""
+    ctx.ensure_object(dict)
+    ctx.obj["store"] = store_path
+
+
+def get_store(ctx: click.Context) -> Store:
+    return Store(ctx.obj["store"])
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(sorted(FORMATS)), help="Force a format (default: detect).")
+@click.option("--host", help="Host name for sources that print none (raw dmesg).")
+@click.option("--year", type=int, help="Year of year-less stamps (the year of the last line).")
+@click.option("--tz", default="UTC", show_default=True, help="IANA zone of stamps that print no zone.")
+@click.option("--boot-time", help="Wall time of the boot, to anchor dmesg monotonic seconds.")
+@click.option("--force", is_flag=True, help="Re-ingest sources already in the store.")
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="Extra rule pack directory (repeatable; also FORENSICS_RULES).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar, no summary lines.")
+@click.pass_context
+def ingest(ctx: click.Context, paths: tuple[str, ...], fmt: str | None, host: str | None, year: int | None,
+           tz: str, boot_time: str | None, force: bool, rules_dirs: tuple[str, ...], quiet: bool) -> None:
+    """Read log files (globs, directories, .gz/.bz2/.xz/.zst, `-` for stdin) into the store."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from .pipeline import IngestOptions, ingest as run
+
+    try:
+        ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise click.BadParameter(f"{tz!r} is not an IANA zone name (e.g. UTC, Europe/Berlin)", param_hint="--tz")
+    opts = IngestOptions(fmt=fmt, host=host, year=year, tz=tz, boot_time=parse_when(boot_time, tz),
+                         force=force, rules_dirs=rules_dirs)
+    show = not quiet and sys.stderr.isatty()
+    bars: list = []
+
+    def progress(src):  # noqa: ANN001, ANN202
+        size = src.real.stat().st_size if src.real else 0
+        if not show or size < (64 << 20):
+            return None
+        bar = click.progressbar(length=size, label=src.display, file=sys.stderr)
+        bar.__enter__()
+        bars.append(bar)
+        last = [0]
+
+        def tick(done: int) -> None:
+            bar.update(done - last[0])
+            last[0] = done
+        return tick
+
+    try:
+        report = run(get_store(ctx), list(paths), opts, progress)
+    except StoreError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    for bar in bars:
+        bar.__exit__(None, None, None)
+    for err in report.errors:
+        click.echo(f"error: {err}", err=True)
+    for r in report.results:
+        if r.status == "failed":
+            click.echo(f"error: {r.error}", err=True)
+        elif not quiet and r.entry:
+            e = r.entry
+            span = f"{e.first_ts or '-'} .. {e.last_ts or '-'}"
+            click.echo(f"{r.status:9} {e.path}: {e.format} ({e.confidence:.0%}), {e.records} records, "
+                       f"{e.unparsed} unparsed, {e.events} events, {span}; time: {e.time_anchor}", err=True)
+    if not quiet:
+        for a in report.anchors:
+            click.echo(f"anchored  {a.boot_id}: {a.how}", err=True)
+    sys.exit(1 if report.failed else 0)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@click.pass_context
+def sources(ctx: click.Context, as_json: bool) -> None:
+    """List the sources in the store."""
+    from dataclasses import asdict
+
+    entries = get_store(ctx).sources()
+    if as_json:
+        click.echo(json.dumps([asdict(e) for e in entries], indent=1, sort_keys=True))
+        return
+    for e in entries:
+        click.echo(f"{e.path}\t{e.format}\t{e.records} records\t{e.unparsed} unparsed\t"
+                   f"{e.first_ts or '-'} .. {e.last_ts or '-'}\tsha256 {e.sha256[:12]}\t{e.time_anchor}")
+
+
+@main.command()
+@click.option("--since", help="Start (e.g. 2025-05-25 or '2025-05-25 20:15'; zone --tz).")
+@click.option("--until", help="End (exclusive).")
+@click.option("--host", help="Only this host.")
+@click.option("--unit", help="Only this unit.")
+@click.option("--grep", "pattern", help="Only records whose message matches this regex.")
+@click.option("--tz", default="UTC", show_default=True, help="Zone for --since/--until given without one.")
+@click.option("--json", "as_json", is_flag=True, help="JSON array output (same as --format json).")
+@click.option("--format", "out_format", type=click.Choice(["table", "json", "jsonl", "csv", "timesketch"]),
+              default="table", show_default=True)
+@click.pass_context
+def timeline(ctx: click.Context, since: str | None, until: str | None, host: str | None, unit: str | None,
+             pattern: str | None, tz: str, as_json: bool, out_format: str) -> None:
+    """The merged chronological view of every source, with path:line on every row."""
+    from .query import timeline_frame
+
+    df = timeline_frame(get_store(ctx), parse_when(since, tz), parse_when(until, tz), host, unit, pattern)
+    _write(df, "json" if as_json else out_format, "records")
+
+
+def _write(df: pl.DataFrame, fmt: str, kind: str) -> None:
+    from .export import write_rows
+
+    write_rows(df, fmt, sys.stdout, kind)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+def formats(as_json: bool) -> None:
+    """List the formats forensics reads, with a sample line each."""
+    rows = []
+    for f in FORMATS.values():
+        sample = f.sample_path
+        rows.append({"name": f.name, "description": f.description, "example": f.example,
+                     "sample": str(sample.relative_to(sample.parents[2])) if sample.exists() else None,
+                     "structured": isinstance(f, StructuredFormat)})
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    for r in rows:
+        click.echo(f"{r['name']:26} {r['description']}")
+        click.echo(f"{'':26} e.g. {r['example'].splitlines()[0][:110]}")
+
+
+@main.command()
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(exists=True, file_okay=False))
+@click.pass_context
+def rescan(ctx: click.Context, rules_dirs: tuple[str, ...]) -> None:
+    """Re-apply the rule packs to the stored records (after a pack changed), without re-reading files."""
+    from .pipeline import IngestOptions, rescan as run
+
+    n = run(get_store(ctx), IngestOptions(rules_dirs=rules_dirs))
+    click.echo(f"rescanned: {n} events", err=True)
+
+
+def _register_optional() -> None:
+    """Commands that live in their own modules (rules, explain, events, incidents, report, store)."""
+    for name in ("cli_rules", "cli_incidents", "cli_report", "cli_store"):
+        try:
+            mod = importlib.import_module(f"forensics.{name}")
+        except ImportError as e:
+            if e.name and e.name.endswith(name):
+                continue
+            raise
+        mod.register(main)
+
+
+_register_optional()

@@ -18,6 +18,8 @@ from .formats.base import Continuation
 
 SYSLOG_NAMES = re.compile(r"^(syslog|messages|kern\.log|auth\.log|daemon\.log|user\.log)([.\-]\d+)?(\.(gz|bz2|xz))?$")
 SAMPLE_LINES = 4000
+# formats that appear inside another format's files, maybe only after the sampled head
+COMPANIONS = {"sglang": ("uvicorn", "glog", "flashinfer-jit")}
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ def detect(lines: pl.Series, path: str = "", forced: str | None = None) -> Detec
     if any(f.continuation is Continuation.ANY for f in chosen):
         explained = explained | nonblank.str.contains(r"^(Traceback|[A-Za-z_][\w.]*(Error|Exception)\b)")
     confidence = round(float(explained.sum()) / n, 3)
+    for f in list(chosen):
+        chosen.extend(FORMATS[c] for c in COMPANIONS.get(f.name, ()) if FORMATS[c] not in chosen)
     chosen.sort(key=lambda f: f.priority)
     primary = max(shares, key=lambda s: s[1])[0] if shares else TEXT.name
     return Detection(tuple(f.name for f in chosen) + (TEXT.name,), primary, confidence, tuple(shares))

@@ -147,6 +147,16 @@ def _fix_years(recs: pl.DataFrame, tz: str, year: int | None, anchors: dict[str,
     last_off = int(offs.max() or 0)
     y_first, how = _first_year(rows, recs, year, anchors, mtime, last_off)
     years = (pl.col("_off") + y_first).cast(pl.String)
+    dated = df.select(pl.when(pl.col("ts_source").is_in([TimeSource.EXACT.value, TimeSource.ZONE_ASSUMED.value]))
+                      .then(pl.col("ts")).forward_fill().backward_fill().alias("_ref"), "_i")
+    if year is None and dated["_ref"].null_count() < dated.height:
+        # each line takes the year of the nearest dated line before it in the same file
+        rows = rows.join(dated, on="_i", how="left")
+        ref_year = pl.col("_ref").dt.year()
+        dm = pl.col("ts").dt.month() - pl.col("_ref").dt.month()
+        per = (pl.when(dm > 6).then(ref_year - 1).when(dm < -6).then(ref_year + 1).otherwise(ref_year))
+        years = per.cast(pl.String)
+        how = "the dated lines around them in the same file"
     text = years + "-" + pl.col("ts").dt.strftime("%m-%d %H:%M:%S%.6f")
     naive = text.str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S%.6f", strict=False)
     rows = rows.with_columns(localise(naive, tz).alias("_ts"))
@@ -177,7 +187,8 @@ def _first_year(rows: pl.DataFrame, recs: pl.DataFrame, year: int | None, anchor
             y += 1
         return y - int(r["_off"]), f"the SGLang stamps inside the same journal lines ({r['_d']})"
     # 2. full dates printed in the same file: systemctl status `Active: ... since`, journalctl header
-    exact = recs.filter(pl.col("ts_source") == TimeSource.EXACT.value, pl.col("ts").is_not_null())
+    dated = pl.col("ts_source").is_in([TimeSource.EXACT.value, TimeSource.ZONE_ASSUMED.value])
+    exact = recs.filter(dated, pl.col("ts").is_not_null())
     if exact.height:
         ref = exact["ts"].median()
         return _nearest_year(rows, ref), f"a full date printed in the same file ({_iso(ref)})"

@@ -1,0 +1,129 @@
+"""Markdown that cannot be turned into links, images or HTML by the text it carries.
+
+Every value a template prints goes through `inline()` (the Markdown environment's `finalize`),
+unless a filter already made it safe (`Md`). The rules:
+
+- log text shown as a block goes in a fence longer than any backtick run inside it (`fence`);
+- inline text has every Markdown-active character backslash-escaped, and every word that a
+  renderer would turn into a link or mention (`://`, `www.`, `@`, `#123`) is put in a code span,
+  because GitHub's autolinks ignore backslashes but never look inside code;
+- code spans never contain `|`, so they are safe in table cells and outside them alike;
+- control characters and bidirectional overrides are shown as `\\xNN` / `\\u202e`, never emitted.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["Md", "inline", "code", "prose", "fence", "visible"]
+
+
+class Md(str):
+    """A string that is already safe Markdown (a filter's output); printed as is."""
+
+    __slots__ = ()
+
+
+# C0 controls except TAB and LF, DEL, C1 controls, and the Unicode bidi controls (Trojan Source).
+_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_ACTIVE = re.compile(r"([\\`*_\[\]<>!|~&$#{}])")
+_LINKISH = re.compile(r"://|\bwww\.|@|#\d|^[A-Za-z][A-Za-z0-9+.-]*:[^\s]")
+_BACKTICKS = re.compile(r"`+")
+_CODE_IN_PROSE = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)
+_LEADING_BLOCK = re.compile(r"^(\d+)([.)])|^([-+=])")
+
+
+def _show(ch: re.Match[str]) -> str:
+    c = ord(ch.group(0))
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def visible(text: str) -> str:
+    """`text` with CR/CRLF turned into LF and every invisible control character made visible."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _INVISIBLE.sub(_show, text)
+
+
+def _escape_word(word: str) -> str:
+    return _ACTIVE.sub(r"\\\1", word)
+
+
+def _code_span(text: str) -> str:
+    longest = max((len(m) for m in _BACKTICKS.findall(text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith(("`", " ")) or text.endswith(("`", " ")) else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def code(value: object) -> Md:
+    """`value` as inline code; `|` is kept outside the spans (escaped) so tables stay whole."""
+    text = " ".join(visible(str(value)).split("\n"))
+    if text == "":
+        return Md("")
+    if text.strip() == "":
+        return Md(_code_span(text))
+    parts = text.split("|")
+    return Md("\\|".join(_code_span(p) if p else "" for p in parts))
+
+
+def inline(value: object) -> Md:
+    """Plain text as inert inline Markdown (one line)."""
+    if isinstance(value, Md):
+        return value
+    if value is None:
+        return Md("")
+    text = " ".join(visible(str(value)).replace("\t", " ").split("\n")).strip()
+    out: list[str] = []
+    for word in re.split(r"( +)", text):
+        if not word or word.startswith(" "):
+            out.append(word)
+        elif _LINKISH.search(word):
+            out.append(str(code(word)))
+        else:
+            out.append(_escape_word(word))
+    result = "".join(out)
+    lead = _LEADING_BLOCK.match(result)
+    if lead:
+        if lead.group(1) is not None:
+            result = f"{lead.group(1)}\\{lead.group(2)}{result[lead.end():]}"
+        else:
+            result = f"\\{result}"
+    return Md(result)
+
+
+def prose(value: object) -> Md:
+    """Text written by a rule or by correlation: its backtick spans stay code, the rest is `inline`."""
+    if isinstance(value, Md):
+        return value
+    if value is None:
+        return Md("")
+    text = " ".join(visible(str(value)).split("\n")).strip()
+    out: list[str] = []
+    pos = 0
+    for m in _CODE_IN_PROSE.finditer(text):
+        before = text[pos:m.start()]
+        out.append(_inline_keep_space(before))
+        out.append(str(code(m.group(2).strip() or m.group(2))))
+        pos = m.end()
+    out.append(_inline_keep_space(text[pos:]))
+    return Md("".join(out))
+
+
+def _inline_keep_space(segment: str) -> str:
+    """`inline` for a piece of prose between code spans: keeps its edge spaces."""
+    if not segment:
+        return ""
+    lead = " " if segment[0] == " " else ""
+    trail = " " if segment[-1] == " " and segment.strip() else ""
+    return f"{lead}{inline(segment)}{trail}"
+
+
+def fence(value: object, info: str = "") -> Md:
+    """A fenced code block holding `value` verbatim, fenced longer than any backtick run in it."""
+    text = visible("" if value is None else str(value))
+    if text.endswith("\n"):
+        text = text[:-1]
+    longest = max((len(m) for m in _BACKTICKS.findall(text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    info = re.sub(r"[^A-Za-z0-9_+-]", "", info)
+    return Md(f"{ticks}{info}\n{text}\n{ticks}")
