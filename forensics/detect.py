@@ -19,7 +19,8 @@ from .formats.base import Continuation
 SYSLOG_NAMES = re.compile(r"^(syslog|messages|kern\.log|auth\.log|daemon\.log|user\.log)([.\-]\d+)?(\.(gz|bz2|xz))?$")
 SAMPLE_LINES = 4000
 # formats that appear inside another format's files, maybe only after the sampled head
-COMPANIONS = {"sglang": ("uvicorn", "glog", "flashinfer-jit")}
+COMPANIONS = {"sglang": ("uvicorn", "glog", "flashinfer-jit"), "journal-short": ("generic-syslog",),
+              "syslog": ("generic-syslog",)}
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,9 @@ def fix_source_times(recs: pl.DataFrame, tz: str, year: int | None, anchors: dic
     rev = False
     if timed.height > 2:
         diffs = timed["ts"].diff().dt.total_seconds().drop_nulls()
-        rev = bool((diffs < 0).sum() > 0.9 * diffs.len() and (diffs < 0).sum() > (diffs > 0).sum())
+        diffs = diffs.filter(diffs.abs() < 180 * 86400)  # a year wrap in provisional-year stamps is no step back
+        neg, pos = int((diffs < 0).sum()), int((diffs > 0).sum())
+        rev = neg > 0 and neg >= 0.9 * (neg + pos)
     inferred = pl.col("ts_source") == TimeSource.YEAR_INFERRED.value
     notes: list[str] = []
     if recs.select(inferred.any()).item():

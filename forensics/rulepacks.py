@@ -636,8 +636,8 @@ class _Reader:
             self.err.add(node, f"bad {what}: {e}")
             return None
         for g in rx.groupindex:
-            if g.startswith("_m"):
-                self.err.add(node, f"{what}: group name '{g}' is reserved")
+            if g == "_m" or g.startswith("__"):
+                self.err.add(node, f"{what}: group name '{g}' is reserved (`_m` and names starting with `__`)")
         pol = polars_compiles(wrap(p))
         if engine is Engine.POLARS and pol:
             self.err.add(node, f"{what} does not compile in polars' regex engine ({pol}); use engine: regex")
@@ -653,9 +653,6 @@ class _Reader:
                 self.err.add(node, f"{what}: literals must be at least 3 characters ({short[0]!r})")
             ic = bool(ignore_case)
             lits = tuple(x.lower() for x in declared) if ic else declared
-            if not ic:
-                rx = regex.compile(pattern)
-                del rx  # literals cannot be checked against the pattern in general; examples check them
             return lits, ic
         got = derive_literals(pattern)
         if got is None:

@@ -10,6 +10,7 @@ from . import (
     dmesg_prio,
     flashinfer_jit,
     generic,
+    generic_syslog,
     glog,
     journal_json,
     journal_short,
@@ -56,6 +57,7 @@ _ALL: tuple[LineFormat, ...] = (
     syslog.FORMAT,
     syslog_rfc3339.FORMAT,
     generic.FORMAT,
+    generic_syslog.FORMAT,
     text.FORMAT,
 )
 

@@ -40,7 +40,7 @@ FORMAT = SystemctlStatus(
     name="systemctl-status",
     description="`systemctl status UNIT`: the unit header (`Loaded:`, `Active: ... since ...`, `Process:`, "
                 "`Main PID: N (code=killed, signal=KILL)`, `CGroup:` tree), then its journal lines",
-    pattern=(r"^(?:(?P<marker>[\x{25CF}\x{00D7}\x{25CB}\x{21BB}*]) (?P<hunit>[^\s]+\.(?:service|socket|timer|mount|"
+    pattern=(r"^(?P<msg>(?P<marker>[\x{25CF}\x{00D7}\x{25CB}\x{21BB}*]) (?P<hunit>[^\s]+\.(?:service|socket|timer|mount|"
              r"target|path|slice|scope|swap|device|automount))(?: - (?P<desc>.*))?|\s+(?P<key>" + KEYS +
              r"): (?P<value>.*))$"),
     stamp=Stamp.NONE,

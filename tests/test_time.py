@@ -1,0 +1,157 @@
+"""Time normalisation: year inference, rollover, Feb 29, offsets, zone names, --tz, reverse order, dmesg."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import polars as pl
+
+from forensics.parse import parse_text
+from helpers import ingest_text, iso, records
+
+
+def test_dec_jan_rollover_moves_earlier_lines_to_previous_year(tmp_path: Path) -> None:
+    text = ("Dec 31 23:59:58 h cron[1]: a\nDec 31 23:59:59 h cron[1]: b\n"
+            "Jan  1 00:00:01 h cron[1]: c\nJan  1 00:00:02 h cron[1]: d\n")
+    store, rep = ingest_text(tmp_path, "j.log", text, year=2026)
+    assert iso(records(store)) == ["2025-12-31T23:59:58.000000", "2025-12-31T23:59:59.000000",
+                                   "2026-01-01T00:00:01.000000", "2026-01-01T00:00:02.000000"]
+    assert set(records(store)["ts_source"]) == {"year_inferred"}
+    assert "--year 2026" in records(store)["ts_anchor"][0]
+
+
+def test_rollover_from_mtime_anchor(tmp_path: Path) -> None:
+    text = "Dec 31 23:59:59 h cron[1]: a\nJan  1 00:00:01 h cron[1]: b\n"
+    path = tmp_path / "j.log"
+    path.write_text(text)
+    jan5 = 1767571200  # 2026-01-05T00:00:00Z
+    os.utime(path, (jan5, jan5))
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    store = Store(tmp_path / "s")
+    ingest(store, [str(path)], IngestOptions())
+    df = records(store)
+    assert iso(df) == ["2025-12-31T23:59:59.000000", "2026-01-01T00:00:01.000000"]
+    assert "modification time" in df["ts_anchor"][0]
+
+
+def test_feb_29_in_a_leap_year(tmp_path: Path) -> None:
+    store, _ = ingest_text(tmp_path, "j.log", "Feb 29 12:00:00 h k[1]: leap\n", year=2024)
+    assert iso(records(store)) == ["2024-02-29T12:00:00.000000"]
+
+
+def test_feb_29_in_a_common_year_keeps_the_record_without_time(tmp_path: Path) -> None:
+    store, _ = ingest_text(tmp_path, "j.log", "Feb 29 12:00:00 h k[1]: impossible\n", year=2025)
+    df = records(store)
+    assert df.height == 1 and df["ts"][0] is None and df["message"][0] == "impossible"
+
+
+def test_iso_offsets_with_and_without_colon_are_the_same_instant() -> None:
+    a = parse_text("2025-05-25T22:17:19+02:00 h systemd[1]: x")
+    b = parse_text("2025-05-25T22:17:19+0200 h systemd[1]: x")
+    assert iso(a) == iso(b) == ["2025-05-25T20:17:19.000000"]
+    assert a["ts_source"][0] == "exact"
+
+
+def test_zone_names_in_short_full() -> None:
+    df = parse_text("Sun 2025-05-25 22:17:19 CEST h systemd[1]: x\nSun 2025-05-25 20:17:19 UTC h systemd[1]: y")
+    assert iso(df) == ["2025-05-25T20:17:19.000000", "2025-05-25T20:17:19.000000"]
+    assert df["ts_source"].to_list() == ["exact", "exact"]
+
+
+def test_tz_option_for_zoneless_stamps() -> None:
+    df = parse_text("[2025-05-25 22:17:19 TP0] Load weight begin. avail mem=78.53 GB", tz="Europe/Berlin")
+    assert iso(df) == ["2025-05-25T20:17:19.000000"]
+    assert df["ts_source"][0] == "zone_assumed"
+
+
+def test_unknown_zone_abbreviation_falls_back_to_tz_and_says_so() -> None:
+    df = parse_text("Sun 2025-05-25 20:17:19 XYZT h systemd[1]: x")
+    assert df["ts_source"][0] == "zone_assumed"
+
+
+def test_reverse_journal_is_detected(tmp_path: Path) -> None:
+    text = ("2025-05-25T20:17:21+00:00 h a[1]: c\n2025-05-25T20:17:20+00:00 h a[1]: b\n"
+            "2025-05-25T20:17:19+00:00 h a[1]: a\n")
+    store, rep = ingest_text(tmp_path, "r.log", text)
+    assert rep.results[0].entry.reversed
+    from forensics.query import timeline_frame
+
+    assert timeline_frame(store)["message"].to_list() == ["a", "b", "c"]
+
+
+def test_reverse_journal_rollover_with_year(tmp_path: Path) -> None:
+    text = "Jan  1 00:00:01 h cron[1]: b\nDec 31 23:59:59 h cron[1]: a\nDec 31 23:59:58 h cron[1]: z\n"
+    store, _ = ingest_text(tmp_path, "j.log", text, year=2026)
+    assert iso(records(store)) == ["2026-01-01T00:00:01.000000", "2025-12-31T23:59:59.000000",
+                                   "2025-12-31T23:59:58.000000"]
+
+
+def test_year_from_sglang_stamps_inside_journal_lines(tmp_path: Path) -> None:
+    text = "May 25 20:17:19 h python3[7]: [2023-05-25 20:17:19 TP0] Decode batch. #running-req: 1\n"
+    store, _ = ingest_text(tmp_path, "j.log", text)
+    df = records(store)
+    assert iso(df) == ["2023-05-25T20:17:19.000000"] and df["rank"][0] == "TP0"
+
+
+def test_year_from_systemctl_status_active_since(tmp_path: Path) -> None:
+    text = ("\u00d7 x.service - X\n     Active: failed (Result: signal) since Sun 2023-05-21 20:17:19 UTC; 1min ago\n"
+            "\nMay 21 20:17:19 h systemd[1]: x.service: Main process exited, code=killed, status=9/KILL\n")
+    store, _ = ingest_text(tmp_path, "status.txt", text)
+    df = records(store).filter(pl.col("message").str.contains("Main process"))
+    assert iso(df) == ["2023-05-21T20:17:19.000000"]
+
+
+def test_year_from_another_source_of_the_same_host(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_text("2022-03-04T05:06:07+00:00 box sshd[1]: hello\n")
+    (tmp_path / "b.log").write_text("Mar 04 06:00:00 box sshd[1]: later\n")
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    store = Store(tmp_path / "s")
+    ingest(store, [str(tmp_path / "b.log"), str(tmp_path / "a.log")], IngestOptions())
+    df = records(store).filter(pl.col("message") == "later")
+    assert iso(df) == ["2022-03-04T06:00:00.000000"]
+    assert "for host box" in df["ts_anchor"][0]
+
+
+def test_unanchored_dmesg_is_marked_monotonic_only(tmp_path: Path) -> None:
+    store, rep = ingest_text(tmp_path, "dmesg.txt", "[    0.000000] Linux version 6.8.0\n[   12.500000] hello\n")
+    df = records(store)
+    assert df["ts_source"].to_list() == ["monotonic_only"] * 2
+    assert df["ts"].null_count() == 2 and df["mono"].to_list() == [0.0, 12.5]
+
+
+def test_boot_time_option_anchors_dmesg(tmp_path: Path) -> None:
+    from datetime import datetime, timezone
+
+    store, _ = ingest_text(tmp_path, "dmesg.txt", "[   12.500000] hello\n",
+                           boot_time=datetime(2025, 5, 25, 8, 0, tzinfo=timezone.utc))
+    df = records(store)
+    assert iso(df) == ["2025-05-25T08:00:12.500000"] and df["ts_source"][0] == "boot_anchored"
+
+
+def test_dmesg_anchored_by_pairing_with_the_journal(tmp_path: Path) -> None:
+    msgs = [(100.25, "NVRM: loading NVIDIA UNIX Open Kernel Module  575.57.08"), (2000.5, "EXT4-fs (nvme0n1p2): mounted"),
+            (44238.512345, "Out of memory: Killed process 48213 (python3) total-vm:1kB, anon-rss:1kB")]
+    boot = 1748160000  # 2025-05-25T08:00:00Z
+    dmesg = "".join(f"[{m:12.6f}] {t}\n" for m, t in msgs)
+    from datetime import datetime, timezone
+
+    journal = "".join(
+        datetime.fromtimestamp(int(boot + m), timezone.utc).strftime("%b %d %H:%M:%S") + f" gpu1 kernel: {t}\n"
+        for m, t in msgs)
+    (tmp_path / "dmesg.txt").write_text(dmesg)
+    (tmp_path / "journal.txt").write_text(journal)
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    store = Store(tmp_path / "s")
+    rep = ingest(store, [str(tmp_path / "dmesg.txt"), str(tmp_path / "journal.txt")], IngestOptions(year=2025))
+    assert len(rep.anchors) == 1
+    assert abs(rep.anchors[0].boot_time.timestamp() - boot) <= 1.0
+    d = records(store).filter(pl.col("path").str.ends_with("dmesg.txt"))
+    assert set(d["ts_source"]) == {"boot_anchored"} and set(d["host"]) == {"gpu1"}
+    assert abs(d["ts"][2].timestamp() - (boot + 44238.512345)) <= 1.0
