@@ -198,3 +198,5 @@ def _register_optional() -> None:
 
 
 _register_optional()
+if __name__ == "__main__":
+    main()

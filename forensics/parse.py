@@ -19,6 +19,7 @@ from .timeparse import stamp_exprs
 
 LEVELS = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
 # columns a format frame carries between parsing and record assembly
+MAX_CARRY = 1_000_000
 WORK = ("line", "text", "ts", "ts_source", "ts_text", "mono", "host", "ident", "pid", "unit", "rank", "level",
         "message", "format", "_policy")
 
@@ -72,6 +73,8 @@ def parse_lines(lines: pl.DataFrame, formats: list[LineFormat], ctx: ParseContex
                 final: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Parse a batch of (`line`, `text`) rows. Returns (records, carry): `carry` holds the trailing lines of a
     record that may continue in the next batch (empty when `final`)."""
+    if lines.height == 0:
+        return conform(pl.DataFrame(), RECORD_SCHEMA), lines.select("line", "text")
     parts: list[pl.DataFrame] = []
     rest = lines
     for fmt in formats:
@@ -93,18 +96,23 @@ def parse_lines(lines: pl.DataFrame, formats: list[LineFormat], ctx: ParseContex
 
 def _assemble(df: pl.DataFrame, ctx: ParseContext, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
     real = pl.col("format") != TEXT.name
+    seg = real.cum_sum()
     policy = pl.when(real).then(pl.col("_policy")).forward_fill()
+    indented = pl.col("text").str.contains(r"^\s")
+    after_backslash = pl.col("text").shift(1).str.ends_with("\\").fill_null(False)
+    # under INDENTED, a plain (unindented) text line closes the record: later indented lines are not its own
+    breaker = (~real & ~indented & ~after_backslash).cast(pl.Int8).cum_max().over(seg) > 0
     cont = (~real & policy.is_not_null() & (
         (policy == Continuation.ANY.value)
-        | ((policy == Continuation.INDENTED.value) & pl.col("text").str.contains(r"^\s"))
-        | pl.col("text").shift(1).str.ends_with("\\").fill_null(False)
+        | ((policy == Continuation.INDENTED.value) & indented & ~breaker)
+        | after_backslash
     ))
     df = df.with_columns(cont.alias("_cont")).with_columns((~pl.col("_cont")).cum_sum().alias("_rid"))
     carry = df.clear().select("line", "text")
     if not final and df.height:
         last = df["_rid"][-1]
         tail = df.filter(pl.col("_rid") == last)
-        if tail.height < df.height:
+        if tail.height < df.height or tail.height < MAX_CARRY:  # a record of MAX_CARRY lines is cut there
             carry = tail.select("line", "text")
             df = df.filter(pl.col("_rid") != last)
     if df["_cont"].any():

@@ -868,7 +868,7 @@ class _Reader:
         applies = self.applies(m["applies"], owner) if "applies" in m else Applies()
         casts = self.casts(m["casts"], owner, groups) if "casts" in m else ()
         context = self.contexts(m["context"], owner) if "context" in m else ()
-        known = [g for g in groups if not g.startswith("_")]
+        known = [g for g in groups if g != "_m"]
         for c in context:
             known += [g for g in c.groups if g not in known]
         lookups: set[str] = set()
@@ -986,12 +986,21 @@ def load_pack(path: Path | str, known_kinds: Mapping[str, Role] = KINDS,
     return pack
 
 
+def display_path(path: Path | str) -> str:
+    """A path as shown in messages: relative to the current directory when it lies below it."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(p)
+
+
 def _read_pack(path: Path, known_kinds: Mapping[str, Role]) -> tuple[RulePack | None, list, dict]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        return None, [(str(path), 1, f"cannot read: {e}")], {}
-    reader = _Reader(str(path), text, known_kinds)
+        return None, [(display_path(path), 1, f"cannot read: {e}")], {}
+    reader = _Reader(display_path(path), text, known_kinds)
     pack = reader.pack()
     return pack, reader.err.items, getattr(reader, "_used_lookups", {})
 

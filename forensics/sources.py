@@ -132,11 +132,14 @@ def _expand_path(p: str) -> tuple[list[Source], list[str]]:
 def _compression(path: Path) -> str | None:
     try:
         with open(path, "rb") as fh:
-            head = fh.read(6)
+            head = fh.read(10)
     except OSError:
         return None
     for magic, name in MAGIC:
         if head.startswith(magic):
+            if name == "bzip2" and not re.match(rb"BZh[1-9](\x31\x41\x59\x26\x53\x59|\x17\x72\x45\x38\x50\x90)",
+                                                head):
+                continue  # text that happens to start with `BZh`
             return name
     return None
 

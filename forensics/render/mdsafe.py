@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["Md", "inline", "code", "prose", "fence", "visible"]
+__all__ = ["Md", "inline", "code", "prose", "fence", "visible", "bold"]
 
 
 class Md(str):
@@ -30,7 +30,8 @@ _ACTIVE = re.compile(r"([\\`*_\[\]<>!|~&$#{}])")
 _LINKISH = re.compile(r"://|\bwww\.|@|#\d|^[A-Za-z][A-Za-z0-9+.-]*:[^\s]")
 _BACKTICKS = re.compile(r"`+")
 _CODE_IN_PROSE = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)
-_LEADING_BLOCK = re.compile(r"^(\d+)([.)])|^([-+=])")
+# what would start a list, a heading underline or a thematic break at the start of a line
+_LEADING_BLOCK = re.compile(r"^( *)(?:(\d{1,9})([.)])(?=\s|$)|([-+=*])(?=\s|$|[-=*\s]*$))")
 
 
 def _show(ch: re.Match[str]) -> str:
@@ -72,7 +73,7 @@ def inline(value: object) -> Md:
         return value
     if value is None:
         return Md("")
-    text = " ".join(visible(str(value)).replace("\t", " ").split("\n")).strip()
+    text = " ".join(visible(str(value)).replace("\t", " ").split("\n"))
     out: list[str] = []
     for word in re.split(r"( +)", text):
         if not word or word.startswith(" "):
@@ -84,11 +85,17 @@ def inline(value: object) -> Md:
     result = "".join(out)
     lead = _LEADING_BLOCK.match(result)
     if lead:
-        if lead.group(1) is not None:
-            result = f"{lead.group(1)}\\{lead.group(2)}{result[lead.end():]}"
+        if lead.group(2) is not None:
+            result = f"{lead.group(1)}{lead.group(2)}\\{lead.group(3)}{result[lead.end():]}"
         else:
-            result = f"\\{result}"
+            result = f"{lead.group(1)}\\{lead.group(4)}{result[lead.end():]}"
     return Md(result)
+
+
+def bold(value: object) -> Md:
+    """`**value**`, the value escaped."""
+    text = inline(value)
+    return Md(f"**{text}**") if text.strip() else Md("")
 
 
 def prose(value: object) -> Md:
@@ -111,11 +118,7 @@ def prose(value: object) -> Md:
 
 def _inline_keep_space(segment: str) -> str:
     """`inline` for a piece of prose between code spans: keeps its edge spaces."""
-    if not segment:
-        return ""
-    lead = " " if segment[0] == " " else ""
-    trail = " " if segment[-1] == " " and segment.strip() else ""
-    return f"{lead}{inline(segment)}{trail}"
+    return str(inline(segment)) if segment else ""
 
 
 def fence(value: object, info: str = "") -> Md:

@@ -1,0 +1,967 @@
+"""Matching: rule packs over stored records -> events, vectorised with polars.
+
+    events = match_records(records, load_rules())        # RECORD_SCHEMA in, EVENT_SCHEMA out
+
+1. Prefilter: one Aho-Corasick pass (`str.contains_any`) over every message for the literals of all rules
+   and context patterns at once; `str.extract_many` then tells which literals (so which rules) each
+   candidate holds.
+2. Each rule's full pattern runs (`str.extract_groups`, Rust regex) only on its candidates that pass its
+   `applies` and `exclude`; rules needing look-around run with the `regex` module and a timeout.
+3. Context patterns (multi-record events such as a kernel OOM report) are looked up for the few anchors
+   only: first inside the anchor record, then with an as-of join on line number within the same source
+   and host.
+4. Casts, derived fields and lookups run in Python on the matched rows only; `fields` is a JSON object
+   with sorted keys.
+
+An event's `line` is the line where the match begins inside a multi-line record (a traceback glued to the
+record before it still points at its own line), widened to the earliest context line; `line_end` is the
+record's last line, widened to the last context line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+import regex
+
+from .rulepacks import (
+    CAST_NAMES,
+    Context,
+    Direction,
+    Engine,
+    Location,
+    Rule,
+    RuleSet,
+    render,
+    split_flags,
+    wrap,
+)
+from .schema import EVENT_SCHEMA, RECORD_SCHEMA, empty_events
+
+ROW = "__row"
+_REC_COLS = ("ts", "ts_source", "host", "ident", "pid", "unit", "rank", "message", "source_id", "path", "line",
+             "line_end", "format", "mono", "boot_id")
+REGEX_TIMEOUT = 0.25     # seconds per message for `engine: regex` rules
+
+
+# ----------------------------------------------------------------------------------------------------------
+# casts (the YAML keyword -> code mapping, in one place)
+
+_SIZE = {"": 1, "b": 1, "byte": 1, "bytes": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
+         "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40,
+         "tib": 1 << 40, "p": 1 << 50, "pb": 1 << 50, "pib": 1 << 50, "e": 1 << 60, "eb": 1 << 60, "eib": 1 << 60}
+_SIZE_RX = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*")
+_SPAN = {"us": 1e-6, "usec": 1e-6, "µs": 1e-6, "microsecond": 1e-6, "microseconds": 1e-6, "ms": 1e-3,
+         "msec": 1e-3, "millisecond": 1e-3, "milliseconds": 1e-3, "": 1.0, "s": 1.0, "sec": 1.0, "secs": 1.0,
+         "second": 1.0, "seconds": 1.0, "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
+         "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "hours": 3600.0, "d": 86400.0, "day": 86400.0,
+         "days": 86400.0, "w": 604800.0, "week": 604800.0, "weeks": 604800.0, "month": 2629800.0,
+         "months": 2629800.0, "y": 31557600.0, "year": 31557600.0, "years": 31557600.0}
+_SPAN_RX = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([A-Za-zµ]*)")
+_SIGNALS = {1: "HUP", 2: "INT", 3: "QUIT", 4: "ILL", 5: "TRAP", 6: "ABRT", 7: "BUS", 8: "FPE", 9: "KILL",
+            10: "USR1", 11: "SEGV", 12: "USR2", 13: "PIPE", 14: "ALRM", 15: "TERM", 16: "STKFLT", 17: "CHLD",
+            18: "CONT", 19: "STOP", 20: "TSTP", 21: "TTIN", 22: "TTOU", 23: "URG", 24: "XCPU", 25: "XFSZ",
+            26: "VTALRM", 27: "PROF", 28: "WINCH", 29: "IO", 30: "PWR", 31: "SYS"}
+
+
+def cast_int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, (int, float)):
+        return int(v)
+    s = str(v).strip().replace(",", "")
+    return int(s, 16) if s.lower().startswith("0x") else int(s)
+
+
+def cast_bytes(v: Any) -> int | None:
+    """`1.16 GiB`, `471.69 MiB`, `123 bytes`, `61.2G` (systemd), `98765432kB` -> bytes (binary units)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return int(v)
+    m = _SIZE_RX.fullmatch(str(v))
+    if not m:
+        raise ValueError(f"not a size: {v!r}")
+    unit = m.group(2).lower()
+    if unit not in _SIZE:
+        raise ValueError(f"unknown size unit in {v!r}")
+    return int(round(float(m.group(1)) * _SIZE[unit]))
+
+
+def cast_kb(v: Any) -> int | None:
+    """Kernel kB figures (`123456kB` or a bare number) or any size -> integer kB (KiB)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return int(v)
+    m = _SIZE_RX.fullmatch(str(v))
+    if m and m.group(2) == "":
+        return int(float(m.group(1)))
+    b = cast_bytes(v)
+    return None if b is None else int(round(b / 1024))
+
+
+def cast_duration(v: Any) -> float | None:
+    """systemd timespans (`2min 3.456s`, `1h 2min`, `345ms`) and `600000 milliseconds` -> seconds."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    s = str(v).strip()
+    total, pos, n = 0.0, 0, 0
+    for m in _SPAN_RX.finditer(s):
+        if s[pos:m.start()].strip():
+            raise ValueError(f"not a duration: {v!r}")
+        unit = m.group(2)
+        if unit not in _SPAN:
+            unit = unit.lower()
+            if unit not in _SPAN:
+                raise ValueError(f"unknown time unit in {v!r}")
+        total += float(m.group(1)) * _SPAN[unit]
+        pos, n = m.end(), n + 1
+    if not n or s[pos:].strip():
+        raise ValueError(f"not a duration: {v!r}")
+    return total
+
+
+def cast_duration_ms(v: Any) -> int | None:
+    d = cast_duration(v)
+    return None if d is None else int(round(d * 1000))
+
+
+def cast_signal(v: Any) -> str | None:
+    """`SIGKILL`, `KILL`, `9` -> `KILL`."""
+    s = str(v).strip()
+    if s.isdigit():
+        return _SIGNALS.get(int(s), s)
+    return s[3:] if s.upper().startswith("SIG") else s
+
+
+def cast_sm_arch(v: Any) -> str | None:
+    """`compute_120a`, `sm_120a`, `sm120`, `SM120`, `12.0`, `(12, 0)` -> `sm_120`; a major alone (`12`,
+    `12.x`) -> `sm_12x`."""
+    s = str(v).strip().lower()
+    m = re.search(r"(?:sm|compute)_?(\d{2,3})[a-z]?\b", s)
+    if m:
+        return f"sm_{m.group(1)}"
+    m = re.fullmatch(r"\(?\s*(\d{1,2})\s*[.,]\s*(\d)\s*\)?", s)
+    if m:
+        return f"sm_{m.group(1)}{m.group(2)}"
+    m = re.fullmatch(r"\[?\s*(\d{1,2})(?:\.x)?\s*\]?", s)
+    if m:
+        return f"sm_{m.group(1)}x"
+    m = re.fullmatch(r"(\d{2,3})", s)
+    if m:
+        return f"sm_{m.group(1)}"
+    return None
+
+
+def cast_cgroup_unit(v: Any) -> str | None:
+    """`/system.slice/sglang.service` -> `sglang.service` (the innermost unit-like component)."""
+    for part in reversed(str(v).strip().split("/")):
+        if re.fullmatch(r"[^\s]+\.(?:service|scope|socket|mount|swap|slice)", part) and not part.endswith(".slice"):
+            return part
+    return None
+
+
+def cast_bool(v: Any) -> bool | None:
+    if isinstance(v, bool):
+        return v
+    s = str(v).strip().lower()
+    if s in ("true", "yes", "1", "on"):
+        return True
+    if s in ("false", "no", "0", "off"):
+        return False
+    raise ValueError(f"not a boolean: {v!r}")
+
+
+# -- launch flags: command lines and SGLang's server_args dump
+
+_PY_LITERALS = {"True": True, "False": False, "None": None}
+
+
+def _is_flag(tok: str) -> bool:
+    if not tok.startswith("-") or tok in ("-", "--"):
+        return False
+    return not re.fullmatch(r"-[0-9.]+(?:e-?[0-9]+)?", tok)
+
+
+def parse_command_flags(cmd: str) -> dict[str, Any]:
+    """`--flag value`, `--flag=value` and bare `--switch` (true) of a command line, split with shlex.
+    Several values after one flag are joined with spaces; a repeated flag keeps its last value."""
+    text = cmd.replace("\\\n", " ")
+    try:
+        toks = shlex.split(text, posix=True)
+    except ValueError:
+        toks = text.split()
+    flags: dict[str, Any] = {}
+    i = 0
+    while i < len(toks):
+        t = toks[i]
+        if t.startswith("--") and len(t) > 2:
+            if "=" in t:
+                k, v = t.split("=", 1)
+                flags[k] = v
+                i += 1
+                continue
+            j = i + 1
+            vals = []
+            while j < len(toks) and not _is_flag(toks[j]):
+                vals.append(toks[j])
+                j += 1
+            flags[t] = " ".join(vals) if vals else True
+            i = j
+        else:
+            i += 1
+    return flags
+
+
+def _scan_value(s: str, i: int) -> tuple[str, int]:
+    """One value of a Python repr starting at i: a quoted string, a bracketed structure or a bare token."""
+    n = len(s)
+    if i < n and s[i] in "'\"":
+        q = s[i]
+        j = i + 1
+        out = []
+        while j < n and s[j] != q:
+            if s[j] == "\\" and j + 1 < n:
+                out.append({"n": "\n", "t": "\t", "\\": "\\", "'": "'", '"': '"'}.get(s[j + 1], "\\" + s[j + 1]))
+                j += 2
+                continue
+            out.append(s[j])
+            j += 1
+        return "\x00" + "".join(out), j + 1      # \x00 marks "was quoted"
+    depth = 0
+    j = i
+    quote = ""
+    while j < n:
+        c = s[j]
+        if quote:
+            if c == "\\":
+                j += 2
+                continue
+            if c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            if depth == 0:
+                break
+            depth -= 1
+        elif c == "," and depth == 0:
+            break
+        j += 1
+    return s[i:j].strip(), j
+
+
+def parse_server_args(text: str) -> dict[str, Any]:
+    """SGLang's `ServerArgs(model_path='/m', tp_size=8, ...)` (0.4-0.5.x) or `{'model_path': '/m', ...}`
+    (0.5.23) -> {`--model-path`: `/m`, `--tp-size`: `8`, ...}: strings as printed, True/False as booleans,
+    None as null. A small scanner, never eval."""
+    m = re.search(r"ServerArgs\(|\{", text)
+    if not m:
+        return {}
+    s = text[m.end():]
+    flags: dict[str, Any] = {}
+    i, n = 0, len(s)
+    key_rx = re.compile(r"\s*(?:(['\"])([A-Za-z_][A-Za-z0-9_]*)\1\s*:|([A-Za-z_][A-Za-z0-9_]*)\s*=)\s*")
+    while i < n:
+        km = key_rx.match(s, i)
+        if not km:
+            break
+        key = km.group(2) or km.group(3)
+        raw, i = _scan_value(s, km.end())
+        if raw.startswith("\x00"):
+            val: Any = raw[1:]
+        else:
+            val = _PY_LITERALS.get(raw, raw)
+        flags["--" + key.replace("_", "-")] = val
+        while i < n and s[i] in " \t":
+            i += 1
+        if i < n and s[i] == ",":
+            i += 1
+        else:
+            break
+    return flags
+
+
+def cast_flags(v: Any) -> dict[str, Any] | None:
+    s = str(v)
+    if "ServerArgs(" in s or re.match(r"\s*(?:server_args=)?\{", s):
+        return parse_server_args(s)
+    return parse_command_flags(s)
+
+
+CASTS: dict[str, Callable[[Any], Any]] = {
+    "int": cast_int,
+    "float": lambda v: float(str(v).strip().replace(",", "")) if not isinstance(v, (int, float)) else float(v),
+    "str": lambda v: v if isinstance(v, str) else str(v),
+    "bool": cast_bool,
+    "kb": cast_kb,
+    "bytes": cast_bytes,
+    "duration": cast_duration,
+    "duration_ms": cast_duration_ms,
+    "flags": cast_flags,
+    "signal": cast_signal,
+    "sm_arch": cast_sm_arch,
+    "cgroup_unit": cast_cgroup_unit,
+    "lower": lambda v: str(v).lower(),
+}
+assert set(CASTS) == set(CAST_NAMES), "forensics.rulepacks.CAST_NAMES and match.CASTS disagree"
+
+
+def apply_cast(name: str, value: Any) -> Any:
+    try:
+        return CASTS[name](value)
+    except (ValueError, TypeError, OverflowError):
+        return None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the engine
+
+
+def _glob_rx(globs: Sequence[str]) -> str:
+    alts = []
+    for g in globs:
+        alts.append("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in g))
+    return "^(?:" + "|".join(alts) + ")$"
+
+
+def applies_expr(rule: Rule) -> pl.Expr | None:
+    """True where the rule may apply to a record (a null column never excludes)."""
+    exprs = []
+    for col, globs in rule.applies.columns():
+        if any(c in g for g in globs for c in "*?"):
+            test = pl.col(col).str.contains(_glob_rx(globs))
+        else:
+            test = pl.col(col).is_in(list(globs))
+        exprs.append(pl.col(col).is_null() | test)
+    if not exprs:
+        return None
+    return pl.all_horizontal(exprs)
+
+
+@dataclass(frozen=True)
+class _Key:
+    rule: int
+    ctx: int = -1        # -1: the rule's own pattern; else the index of its context pattern
+
+
+def _literal_table(rules: RuleSet, ignore_case: bool) -> pl.DataFrame:
+    lits, keys_r, keys_c = [], [], []
+    for i, r in enumerate(rules.rules):
+        if r.ignore_case == ignore_case:
+            for lit in r.literals:
+                lits.append(lit)
+                keys_r.append(i)
+                keys_c.append(-1)
+        for j, c in enumerate(r.context):
+            if c.ignore_case == ignore_case:
+                for lit in c.literals:
+                    lits.append(lit)
+                    keys_r.append(i)
+                    keys_c.append(j)
+    return pl.DataFrame({"_lit": lits, "_kr": keys_r, "_kc": keys_c},
+                        schema={"_lit": pl.String, "_kr": pl.Int32, "_kc": pl.Int32})
+
+
+def _candidates(recs: pl.DataFrame, rules: RuleSet) -> tuple[pl.DataFrame, dict[_Key, pl.Series]]:
+    """Rows holding any literal, and for each (rule, context) key the candidate row ids."""
+    msg = pl.col("message")
+    conds = []
+    cs, ci = rules.literals(False), rules.literals(True)
+    if cs:
+        conds.append(msg.str.contains_any(list(cs)))
+    if ci:
+        conds.append(msg.str.contains_any(list(ci), ascii_case_insensitive=True))
+    if not conds:
+        return recs.clear(), {}
+    cand = recs.filter(pl.any_horizontal(conds) if len(conds) > 1 else conds[0])
+    hits = []
+    if cs:
+        hits.append(cand.select(ROW, msg.str.extract_many(list(cs), overlapping=True).alias("_lit")))
+    if ci:
+        hits.append(cand.select(ROW, msg.str.extract_many(list(ci), overlapping=True, ascii_case_insensitive=True)
+                                .list.eval(pl.element().str.to_lowercase()).alias("_lit")))
+    found = pl.concat(hits).explode("_lit").drop_nulls("_lit").unique()
+    table = pl.concat([_literal_table(rules, False), _literal_table(rules, True)])
+    pairs = found.join(table, on="_lit").select(ROW, "_kr", "_kc").unique()
+    out: dict[_Key, pl.Series] = {}
+    for (kr, kc), part in pairs.group_by(["_kr", "_kc"]):
+        out[_Key(int(kr), int(kc))] = part[ROW].sort()
+    return cand, out
+
+
+def _extract(frame: pl.DataFrame, pattern: str, engine: Engine, groups: Sequence[str],
+             timeout: float = REGEX_TIMEOUT) -> pl.DataFrame:
+    """ROW + one String column per named group, for the rows of `frame` the pattern matches."""
+    if frame.height == 0:
+        return pl.DataFrame(schema={ROW: pl.UInt32, **{g: pl.String for g in groups}})
+    if engine is Engine.POLARS:
+        got = frame.select(ROW, pl.col("message").str.extract_groups(wrap(pattern)).alias("__g")).unnest("__g")
+        got = got.filter(pl.col("_m").is_not_null())
+        return got.select(ROW, *[pl.col(g) for g in groups])
+    rx = _compiled(pattern)
+    rows: list[int] = []
+    vals: dict[str, list[str | None]] = {g: [] for g in groups}
+    for row, msg in frame.select(ROW, "message").iter_rows():
+        if msg is None:
+            continue
+        try:
+            m = rx.search(msg, timeout=timeout)
+        except TimeoutError:
+            continue
+        if m is None:
+            continue
+        rows.append(row)
+        for g in groups:
+            vals[g].append(m.group(g))
+    return pl.DataFrame({ROW: rows, **vals}, schema={ROW: pl.UInt32, **{g: pl.String for g in groups}})
+
+
+_RX_CACHE: dict[str, regex.Pattern] = {}
+
+
+def _compiled(pattern: str) -> regex.Pattern:
+    rx = _RX_CACHE.get(pattern)
+    if rx is None:
+        rx = _RX_CACHE[pattern] = regex.compile(pattern)
+    return rx
+
+
+def _start_line(pattern: str, message: str, line: int, line_end: int) -> int:
+    """The line where the pattern's match begins inside a multi-line record."""
+    try:
+        m = _compiled(pattern).search(message, timeout=REGEX_TIMEOUT)
+    except TimeoutError:
+        return line
+    if m is None:
+        return line
+    return min(line + message.count("\n", 0, m.start()), line_end)
+
+
+@dataclass
+class _Found:
+    """A rule's match on one record while an event is assembled (internal, mutable)."""
+
+    row: int
+    groups: dict[str, Any]
+    line: int
+    line_end: int
+
+
+def _rule_matches(rule: Rule, key_rows: pl.Series | None, cand: pl.DataFrame,
+                  timeout: float) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(candidate records of the rule that pass applies/exclude, their matches)."""
+    if key_rows is None or key_rows.len() == 0:
+        return cand.clear(), pl.DataFrame()
+    sub = cand.filter(pl.col(ROW).is_in(key_rows.implode()))
+    ap = applies_expr(rule)
+    if ap is not None:
+        sub = sub.filter(ap)
+    if rule.exclude:
+        sub = sub.filter(~pl.col("message").str.contains(rule.exclude).fill_null(False))
+    return sub, _extract(sub, rule.pattern, rule.engine, rule.groups, timeout)
+
+
+def _context_fields(rule: Rule, anchors: pl.DataFrame, cand: pl.DataFrame, keys: dict[_Key, pl.Series],
+                    rule_index: int, found: dict[int, _Found]) -> None:
+    """Merge each context pattern's groups (and lines) into the anchors' matches, in place."""
+    for j, c in enumerate(rule.context):
+        groups = [g for g in c.groups]
+        # 1. inside the anchor record itself (a multi-line record holding the whole report)
+        inside = _extract(anchors, c.pattern, Engine.POLARS, groups)
+        done: set[int] = set()
+        if inside.height:
+            multi = anchors.filter(pl.col(ROW).is_in(inside[ROW].implode())).select(ROW, "message", "line",
+                                                                                   "line_end")
+            where = {r: (m, a, b) for r, m, a, b in multi.iter_rows()}
+            for row_d in inside.iter_rows(named=True):
+                row = row_d.pop(ROW)
+                f = found[row]
+                _merge(f, row_d, c)
+                msg, a, b = where[row]
+                if b > a:
+                    ln = _start_line(c.pattern, msg, a, b)
+                    f.line, f.line_end = min(f.line, ln), max(f.line_end, ln)
+                done.add(row)
+        # 2. the nearest matching record before / after, same source and host (and `same` columns)
+        rows = keys.get(_Key(rule_index, j))
+        todo = anchors.filter(~pl.col(ROW).is_in(list(done)))
+        if rows is None or todo.height == 0:
+            continue
+        pool = cand.filter(pl.col(ROW).is_in(rows.implode()))
+        hits = _extract(pool, c.pattern, Engine.POLARS, groups)
+        if hits.height == 0:
+            continue
+        by = ["path", "__host", *[s for s in c.same]]
+        prep = [pl.col("host").fill_null("").alias("__host")]
+        prep += [pl.col(s).fill_null(-1 if s == "pid" else "").alias(s) for s in c.same]
+        right = (pool.join(hits.rename({g: f"__c_{g}" for g in groups}), on=ROW)
+                 .with_columns(prep)
+                 .select(*by, pl.col(ROW).alias("__crow"), pl.col("line").alias("__cline"),
+                         pl.col("line_end").alias("__cend"), pl.col("ts").alias("__cts"),
+                         pl.col("mono").alias("__cmono"), *[f"__c_{g}" for g in groups]))
+        left = todo.with_columns(prep).select(ROW, *by, "line", "line_end", "ts", "mono")
+        if c.direction is Direction.BEFORE:
+            left = left.with_columns((pl.col("line") - 1).alias("__key")).sort("__key")
+            right = right.with_columns(pl.col("__cend").alias("__key")).sort("__key")
+            strategy = "backward"
+        else:
+            left = left.with_columns((pl.col("line_end") + 1).alias("__key")).sort("__key")
+            right = right.with_columns(pl.col("__cline").alias("__key")).sort("__key")
+            strategy = "forward"
+        joined = left.join_asof(right, on="__key", by=by, strategy=strategy, tolerance=c.lines,
+                                check_sortedness=False).filter(pl.col("__crow").is_not_null())
+        if c.seconds is not None and joined.height:
+            dt_ts = (pl.col("__cts") - pl.col("ts")).dt.total_microseconds().abs() / 1e6
+            dt_mono = (pl.col("__cmono") - pl.col("mono")).abs()
+            ok = (pl.when(pl.col("ts").is_not_null() & pl.col("__cts").is_not_null()).then(dt_ts <= c.seconds)
+                  .when(pl.col("mono").is_not_null() & pl.col("__cmono").is_not_null()).then(dt_mono <= c.seconds)
+                  .otherwise(True))
+            joined = joined.filter(ok)
+        for d in joined.select(ROW, "__cline", "__cend", *[f"__c_{g}" for g in groups]).iter_rows(named=True):
+            f = found[d[ROW]]
+            _merge(f, {g: d[f"__c_{g}"] for g in groups}, c)
+            f.line, f.line_end = min(f.line, d["__cline"]), max(f.line_end, d["__cend"])
+
+
+def _merge(f: _Found, groups: Mapping[str, Any], c: Context) -> None:
+    casts = dict(c.casts)
+    for k, v in groups.items():
+        if v is None or k == "_m" or f.groups.get(k) is not None:
+            continue
+        f.groups[k] = apply_cast(casts[k], v) if k in casts else v
+
+
+def _finish_fields(rule: Rule, groups: Mapping[str, Any], rules: RuleSet) -> dict[str, Any]:
+    """Casts, then derived fields (which may read private `_name` groups), then drop private names."""
+    fields = {k: v for k, v in groups.items() if v is not None and k != "_m"}
+    for name, cast in rule.casts:
+        if name in fields and name in rule.groups:
+            v = apply_cast(cast, fields[name])
+            if v is None:
+                del fields[name]
+            else:
+                fields[name] = v
+    for d in rule.derive:
+        if fields.get(d.field) is not None:
+            continue
+        if d.sources:
+            v = next((fields[s] for s in d.sources if fields.get(s) is not None), None)
+        else:
+            v = d.value
+        if v is None:
+            continue
+        if d.lookup:
+            table = rules.lookup(d.lookup)
+            v = table.get(v) if table else None
+        if v is not None and d.cast:
+            v = apply_cast(d.cast, v)
+        if v is not None:
+            fields[d.field] = v
+    return {k: v for k, v in fields.items() if not k.startswith("_")}
+
+
+def _as_pid(v: Any) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def match_records(records: pl.DataFrame, rules: RuleSet, *, regex_timeout: float = REGEX_TIMEOUT) -> pl.DataFrame:
+    """Apply every rule to the records (RECORD_SCHEMA); events in EVENT_SCHEMA sorted by (path, line, rule)."""
+    if records.height == 0 or not rules.rules:
+        return empty_events()
+    cols = [c for c in _REC_COLS if c in records.columns]
+    recs = records.select(cols).with_row_index(ROW)
+    for c in _REC_COLS:
+        if c not in recs.columns:
+            recs = recs.with_columns(pl.lit(None, dtype=RECORD_SCHEMA[c]).alias(c))
+    cand, keys = _candidates(recs, rules)
+    if cand.height == 0:
+        return empty_events()
+    per_rule: list[tuple[Rule, dict[int, _Found]]] = []
+    for i, rule in enumerate(rules.rules):
+        sub, hits = _rule_matches(rule, keys.get(_Key(i)), cand, regex_timeout)
+        if hits.height == 0:
+            continue
+        anchors = sub.filter(pl.col(ROW).is_in(hits[ROW].implode()))
+        where = {r: (m, a, b) for r, m, a, b in anchors.select(ROW, "message", "line", "line_end").iter_rows()}
+        found: dict[int, _Found] = {}
+        for d in hits.iter_rows(named=True):
+            row = d.pop(ROW)
+            msg, a, b = where[row]
+            start = _start_line(rule.pattern, msg, a, b) if b > a else a
+            found[row] = _Found(row=row, groups=d, line=start, line_end=b)
+        if rule.context:
+            _context_fields(rule, anchors, cand, keys, i, found)
+        per_rule.append((rule, found))
+    if not per_rule:
+        return empty_events()
+    rows_needed = sorted({r for _, f in per_rule for r in f})
+    info = {d[ROW]: d for d in cand.filter(pl.col(ROW).is_in(rows_needed)).iter_rows(named=True)}
+    out: dict[str, list[Any]] = {k: [] for k in EVENT_SCHEMA}
+    for rule, found in per_rule:
+        for row, f in found.items():
+            rec = info[row]
+            fields = _finish_fields(rule, f.groups, rules)
+            unit = fields.get("unit") if isinstance(fields.get("unit"), str) else rec["unit"]
+            pid = _as_pid(fields["pid"]) if fields.get("pid") is not None else rec["pid"]
+            values = {**fields, "unit": unit, "pid": pid, "host": rec["host"], "rank": rec["rank"],
+                      "rule": rule.id, "kind": rule.kind}
+            out["ts"].append(rec["ts"])
+            out["ts_source"].append(rec["ts_source"])
+            out["kind"].append(rule.kind)
+            out["rule"].append(rule.id)
+            out["severity"].append(rule.severity.value)
+            out["role"].append(rule.role.value)
+            out["host"].append(rec["host"])
+            out["unit"].append(unit)
+            out["pid"].append(pid)
+            out["title"].append(render(rule.title, values))
+            out["fields"].append(json.dumps(fields, sort_keys=True, ensure_ascii=False, default=str))
+            out["message"].append(rec["message"])
+            out["source_id"].append(rec["source_id"])
+            out["path"].append(rec["path"])
+            out["line"].append(f.line)
+            out["line_end"].append(f.line_end)
+            out["format"].append(rec["format"])
+    return pl.DataFrame(out, schema=EVENT_SCHEMA).sort(["path", "line", "rule"], nulls_last=True)
+
+
+def event_fields(events: pl.DataFrame) -> list[dict[str, Any]]:
+    """The `fields` column parsed back into dicts."""
+    return [json.loads(s) if s else {} for s in events["fields"].to_list()]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# examples: every rule's examples are its tests
+
+
+@dataclass(frozen=True)
+class ExampleResult:
+    rule: str
+    location: Location
+    expect_match: bool
+    ok: bool
+    problem: str = ""
+
+    def __str__(self) -> str:
+        what = "example" if self.expect_match else "near-miss"
+        return f"{self.location}: {self.rule}: {what}: {'ok' if self.ok else self.problem}"
+
+
+def _default_parse(text: str, fmt: str | None, path: str) -> pl.DataFrame:
+    from .parse import parse_text
+
+    return parse_text(text, fmt=fmt, path=path)
+
+
+def _same(expected: Any, got: Any) -> bool:
+    """Expected example field == extracted field (numbers compared as numbers, dicts as subsets)."""
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return expected is got
+    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+        return math.isclose(expected, got, rel_tol=1e-6, abs_tol=1e-9)
+    if isinstance(expected, dict) and isinstance(got, dict):
+        return all(k in got and _same(v, got[k]) for k, v in expected.items())
+    return expected == got
+
+
+def run_examples(rules: RuleSet, *, parse: Callable[[str, str | None, str], pl.DataFrame] | None = None,
+                 only: Iterable[str] = ()) -> list[ExampleResult]:
+    """Run every example of every rule (or of the rule ids in `only`): each matching example must yield an
+    event of its rule with the listed fields, each near-miss must yield none of its rule."""
+    parse = parse or _default_parse
+    want = set(only)
+    todo: list[tuple[Rule, Any, bool, str]] = []
+    frames: list[pl.DataFrame] = []
+    results: list[ExampleResult] = []
+    for rule in rules.rules:
+        if want and rule.id not in want:
+            continue
+        for expect, exs in ((True, rule.examples), (False, rule.near_misses)):
+            for ex in exs:
+                key = f"<example {len(todo)}>"
+                try:
+                    recs = parse(ex.text, ex.format, key)
+                except Exception as e:  # noqa: BLE001 - a parser failure is this example's failure
+                    results.append(ExampleResult(rule.id, ex.location, expect, False,
+                                                 f"could not parse the example: {type(e).__name__}: {e}"))
+                    continue
+                frames.append(recs.with_columns(pl.lit(key).alias("path")))
+                todo.append((rule, ex, expect, key))
+    if frames:
+        events = match_records(pl.concat(frames, how="vertical_relaxed"), rules)
+    else:
+        events = empty_events()
+    by_key: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for d in events.iter_rows(named=True):
+        by_key.setdefault((d["path"], d["rule"]), []).append(d)
+    for rule, ex, expect, key in todo:
+        evs = by_key.get((key, rule.id), [])
+        if not expect:
+            ok = not evs
+            results.append(ExampleResult(rule.id, ex.location, False, ok,
+                                         "" if ok else f"matched but must not: {evs[0]['title']!r}"))
+            continue
+        if not evs:
+            others = sorted({r for (k, r) in by_key if k == key})
+            hint = f" (matched by: {', '.join(others)})" if others else ""
+            results.append(ExampleResult(rule.id, ex.location, True, False, f"did not match{hint}"))
+            continue
+        ev = evs[0]
+        fields = json.loads(ev["fields"])
+        bad = []
+        for k, v in ex.fields:
+            got = ev[k] if k in ("unit", "pid", "host") else fields.get(k)
+            if not _same(v, got):
+                bad.append(f"{k}: expected {v!r}, got {got!r}")
+        results.append(ExampleResult(rule.id, ex.location, True, not bad, "; ".join(bad)))
+    return results
+
+
+# ----------------------------------------------------------------------------------------------------------
+# explain: which rules match a line, and when none does, which came closest and where it failed
+
+
+def _escape_end(p: str, i: int) -> int:
+    nxt = p[i + 1:i + 2]
+    if nxt in ("x", "u", "U", "p", "P", "N") and p[i + 2:i + 3] == "{":
+        j = p.find("}", i + 3)
+        return (j + 1) if j > 0 else len(p)
+    if nxt == "x":
+        return i + 4
+    if nxt == "u":
+        return i + 6
+    if nxt in ("p", "P"):
+        return i + 3
+    return i + 2
+
+
+def _class_end(p: str, i: int) -> int:
+    j = i + 1
+    if p[j:j + 1] == "^":
+        j += 1
+    if p[j:j + 1] == "]":
+        j += 1
+    depth = 1
+    while j < len(p):
+        c = p[j]
+        if c == "\\":
+            j = _escape_end(p, j)
+            continue
+        if c == "[" and p[j + 1:j + 2] == ":":
+            k = p.find(":]", j + 2)
+            if k > 0:
+                j = k + 2
+                continue
+        if c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    return len(p)
+
+
+def _group_end(p: str, i: int) -> int:
+    depth, j = 0, i
+    while j < len(p):
+        c = p[j]
+        if c == "\\":
+            j = _escape_end(p, j)
+            continue
+        if c == "[":
+            j = _class_end(p, j)
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    return len(p)
+
+
+_QUANT = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})[?+]?")
+
+
+def top_level(pattern: str) -> tuple[str, list[list[str]]]:
+    """(leading flags, branches): each branch the list of the pattern's top-level items (a literal
+    character, an escape, a class or a group, with its quantifier)."""
+    flags, p = split_flags(pattern)
+    branches: list[list[str]] = []
+    items: list[str] = []
+    i = 0
+    while i < len(p):
+        c = p[i]
+        q = _QUANT.match(p, i)
+        if q and items:
+            items[-1] += q.group(0)
+            i = q.end()
+            continue
+        if c == "\\":
+            j = _escape_end(p, i)
+        elif c == "[":
+            j = _class_end(p, i)
+        elif c == "(":
+            j = _group_end(p, i)
+        elif c == "|":
+            branches.append(items)
+            items = []
+            i += 1
+            continue
+        else:
+            j = i + 1
+        items.append(p[i:j])
+        i = j
+    branches.append(items)
+    return flags, branches
+
+
+def _literal_char(item: str) -> str | None:
+    """The character a top-level item stands for, if it is a plain (unquantified) literal."""
+    if len(item) == 1 and item not in ".^$|()[]{}*+?":
+        return item
+    if len(item) == 2 and item[0] == "\\" and not item[1].isalnum():
+        return item[1]
+    return None
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    rule: str
+    kind: str
+    matched: str          # the text the longest matching prefix of the pattern covered
+    missing: str          # the part of the pattern that failed next
+    score: float          # literal characters matched / literal characters in the pattern
+    matched_literals: int
+    reason: str = ""      # when the pattern matches but the rule does not apply (applies, exclude, context)
+
+    def describe(self) -> str:
+        if self.reason:
+            return f"{self.rule}: the pattern matches, but {self.reason}"
+        return f"near miss: {self.rule}: matched `{self.matched}` but not `{self.missing}`"
+
+
+NEAR_RATIO = 0.4
+NEAR_MIN_LITERALS = 8
+
+
+def near_miss(rule: Rule, message: str) -> NearMiss | None:
+    """The longest prefix of the rule's top-level sequence that still matches `message` (binary search:
+    a prefix that matches implies all shorter ones do)."""
+    flags, branches = top_level(rule.pattern)
+    best: NearMiss | None = None
+    for items in branches:
+        lits = [_literal_char(x) for x in items]
+        total = sum(1 for x in lits if x is not None)
+        lo, hi = 0, len(items)
+        m_lo = None
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            try:
+                m = regex.compile(flags + "".join(items[:mid])).search(message, timeout=REGEX_TIMEOUT)
+            except (regex.error, TimeoutError):
+                m = None
+            if m is not None:
+                lo, m_lo = mid, m
+            else:
+                hi = mid - 1
+        k = lo
+        got = sum(1 for x in lits[:k] if x is not None)
+        if k == len(items):
+            missing, matched = "", (m_lo.group(0) if m_lo else "")
+        else:
+            if lits[k] is not None:
+                word = ""
+                for x in lits[k:]:
+                    if x is None or (word and not x.isalnum()):
+                        break
+                    word += x
+                missing = word
+            else:
+                missing = items[k]
+            matched = m_lo.group(0) if m_lo else ""
+            lead = 0
+            while lead < k and lits[lead] is None:
+                lead += 1
+            if lead and m_lo is not None:
+                try:
+                    pm = regex.compile(flags + "".join(items[:lead])).match(message, m_lo.start())
+                except regex.error:
+                    pm = None
+                if pm is not None and pm.end() > m_lo.start():
+                    matched = "..." + message[pm.end():m_lo.end()]
+        nm = NearMiss(rule=rule.id, kind=rule.kind, matched=matched.replace("\n", "\\n"), missing=missing,
+                      score=got / total if total else 0.0, matched_literals=got)
+        if best is None or (nm.score, nm.matched_literals) > (best.score, best.matched_literals):
+            best = nm
+    return best
+
+
+def why_not(rule: Rule, record: Mapping[str, Any]) -> str:
+    """Why a rule whose pattern matches the record's message produced no event ('' if it should have)."""
+    for col, globs in rule.applies.columns():
+        v = record.get(col)
+        if v is not None and not regex.match(_glob_rx(globs), str(v)):
+            return f"the rule applies only where {col} is {' or '.join(globs)} (this record: {col}={v})"
+    msg = record.get("message") or ""
+    if rule.exclude and regex.search(rule.exclude, msg):
+        return f"the record matches the rule's exclude pattern `{rule.exclude}`"
+    if rule.literals:
+        hay = msg.lower() if rule.ignore_case else msg
+        if not any(x in hay for x in rule.literals):
+            return f"none of the rule's prefilter literals occurs ({', '.join(map(repr, rule.literals))})"
+    return ""
+
+
+@dataclass(frozen=True)
+class Explanation:
+    records: pl.DataFrame          # the parsed records of the input
+    events: pl.DataFrame           # what the rules extracted (EVENT_SCHEMA)
+    near: tuple[NearMiss, ...]     # best near misses, when no rule matched a record
+
+    @property
+    def verdict(self) -> str:
+        if self.events.height:
+            return "match"
+        if self.near and (self.near[0].reason or self.near[0].matched_literals):
+            return "near_miss"
+        return "no_match"
+
+
+def explain(records: pl.DataFrame, rules: RuleSet, *, top: int = 3) -> Explanation:
+    """Match the records; for records no rule matched, the rules that came closest."""
+    events = match_records(records, rules)
+    near: list[NearMiss] = []
+    if records.height:
+        hit_lines = set()
+        for a, b in events.select("line", "line_end").iter_rows():
+            hit_lines.update(range(a, b + 1))
+        for rec in records.iter_rows(named=True):
+            if rec["line"] in hit_lines:
+                continue
+            msg = rec.get("message") or ""
+            scored: list[NearMiss] = []
+            for rule in rules.rules:
+                nm = near_miss(rule, msg)
+                if nm is None:
+                    continue
+                if not nm.missing:
+                    reason = why_not(rule, rec) or "its context or casts produced no event"
+                    scored.append(NearMiss(nm.rule, nm.kind, nm.matched, "", 1.0, nm.matched_literals, reason))
+                elif nm.score >= NEAR_RATIO and nm.matched_literals >= NEAR_MIN_LITERALS:
+                    scored.append(nm)
+            scored.sort(key=lambda n: (bool(n.reason), n.score, n.matched_literals), reverse=True)
+            near.extend(scored[:top])
+    return Explanation(records=records, events=events, near=tuple(near))

@@ -1,0 +1,44 @@
+"""The HTML report: the Markdown report through markdown-it-py, the timeline pictures put in, one file.
+
+markdown-it runs with raw HTML off and with links, images, autolinks and reference definitions
+disabled, so nothing in the body can load or link anywhere; the page's Content-Security-Policy
+(`default-src 'none'`) would block it anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+
+from jinja2 import Environment
+from markdown_it import MarkdownIt
+from markupsafe import Markup
+
+from forensics.render.markdown import render_markdown
+from forensics.render.svg import timeline_svg
+from forensics.render.timefmt import Clock
+from forensics.render.view import ReportView
+
+
+def _parser() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    md.enable("table")
+    md.disable(["link", "image", "autolink", "html_inline", "html_block", "reference"])
+    return md
+
+
+def markdown_to_html(text: str) -> str:
+    body = _parser().render(text)
+    return body.replace("<table>", '<div class="table-wrap"><table>').replace("</table>", "</table></div>")
+
+
+def render_html(view: ReportView, md_env: Environment, html_env: Environment) -> str:
+    slot = "FORENSICS-TIMELINE-" + hashlib.sha256(repr(view).encode()).hexdigest()[:24]
+    with_slot = replace(view, svg_slot=slot)
+    body = markdown_to_html(render_markdown(with_slot, md_env))
+    clock = Clock(view.tz)
+    for iv in view.incidents:
+        svg = timeline_svg(iv, clock)
+        body = body.replace(f"<p>{slot}-{iv.index}</p>", f'<figure class="timeline">{svg}</figure>', 1)
+    page = html_env.get_template("report.html.j2").render(report=view, body=Markup(body))
+    return page if page.endswith("\n") else page + "\n"

@@ -1,0 +1,92 @@
+"""Impact: for each unit of an incident, when it went down, whether it came back, and for how long."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from forensics.model import Event, Incident
+from forensics.render.timefmt import parse_ts
+
+DOWN_KINDS = frozenset({"service_killed", "service_exited", "service_core_dumped", "service_failed",
+                        "service_start_failed", "start_limit_hit", "unit_oom_killed", "oomd_kill"})
+START_KINDS = frozenset({"service_started"})
+READY_KINDS = frozenset({"server_ready"})
+
+
+@dataclass(frozen=True)
+class Run:
+    """One start of a unit: when it started, became ready, and went down (each may be unknown)."""
+
+    started: datetime | None
+    ready: datetime | None
+    down: datetime | None
+    down_title: str = ""        # the event that shows it going down
+
+
+@dataclass(frozen=True)
+class Outage:
+    unit: str
+    host: str | None
+    down: datetime
+    down_title: str
+    back: datetime | None        # the next start, or None: not back within the logs
+    logs_end: datetime | None    # the last time the incident's sources cover
+
+    @property
+    def seconds(self) -> float | None:
+        end = self.back or self.logs_end
+        return None if end is None else max(0.0, (end - self.down).total_seconds())
+
+
+@dataclass(frozen=True)
+class UnitImpact:
+    unit: str
+    runs: tuple[Run, ...]
+    outages: tuple[Outage, ...]
+
+
+def logs_end(incident: Incident) -> datetime | None:
+    ends = [parse_ts(s.last_ts) for s in incident.sources if s.last_ts]
+    if incident.end:
+        ends.append(parse_ts(incident.end))
+    return max((e for e in ends if e is not None), default=None)
+
+
+def _runs(events: list[Event]) -> list[Run]:
+    runs: list[dict[str, object]] = []
+    for e in events:
+        ts = parse_ts(e.ts)
+        if e.kind in START_KINDS:
+            last = runs[-1] if runs else None
+            if last is not None and last.get("started") and not last.get("ready") and not last.get("down"):
+                continue          # `Starting X...` then `Started X.`: one start
+            runs.append({"started": ts})
+            continue
+        if not runs:
+            runs.append({"started": None})
+        run = runs[-1]
+        if e.kind in READY_KINDS and not run.get("ready") and not run.get("down"):
+            run["ready"] = ts
+        elif e.kind in DOWN_KINDS and not run.get("down"):
+            run["down"] = ts
+            run["down_title"] = e.title
+    return [Run(r.get("started"), r.get("ready"), r.get("down"), str(r.get("down_title", "")))  # type: ignore[arg-type]
+            for r in runs]
+
+
+def unit_impacts(incident: Incident) -> tuple[UnitImpact, ...]:
+    end = logs_end(incident)
+    out: list[UnitImpact] = []
+    for unit in incident.units:
+        evs = [e for e in incident.events if e.unit == unit and e.ts]
+        host = next((e.host for e in evs if e.host), None)
+        runs = [r for r in _runs(evs) if r.started or r.ready or r.down]
+        outages = []
+        for i, r in enumerate(runs):
+            if r.down is None:
+                continue
+            back = next((n.started for n in runs[i + 1:] if n.started), None)
+            outages.append(Outage(unit, host, r.down, r.down_title, back, end))
+        out.append(UnitImpact(unit, tuple(runs), tuple(outages)))
+    return tuple(out)

@@ -1,0 +1,56 @@
+"""The Jinja environments: built-in templates trusted, `--template DIR` templates sandboxed.
+
+Markdown templates print every `{{ value }}` through `mdsafe.inline` (the environment's `finalize`),
+so a template that forgets a filter still cannot turn log text into Markdown; filters that produce
+Markdown (`code`, `prose`, `fence`, `codes`) return `Md`, which is printed as is. HTML templates
+autoescape. Both use `StrictUndefined`: a misspelt variable is an error, not an empty string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from jinja2 import BaseLoader, ChoiceLoader, Environment, FileSystemLoader, StrictUndefined
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from forensics.render.mdsafe import Md, bold, code, fence, inline, prose
+
+BUILTIN_DIR = Path(__file__).resolve().parent.parent.parent / "report_templates"
+
+
+def codes(values: Iterable[object], sep: str = ", ") -> Md:
+    return Md(sep.join(code(v) for v in values))
+
+
+def hashes(n: int) -> Md:
+    """A heading mark: `hashes(2)` is `##`."""
+    return Md("#" * max(1, min(6, int(n))))
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def _loader(user_dir: Path | None) -> BaseLoader:
+    builtin = FileSystemLoader(str(BUILTIN_DIR))
+    return ChoiceLoader([FileSystemLoader(str(user_dir)), builtin]) if user_dir else builtin
+
+
+def _env(user_dir: Path | None, **kw: object) -> Environment:
+    cls = ImmutableSandboxedEnvironment if user_dir is not None else Environment
+    env = cls(loader=_loader(user_dir), undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+              keep_trailing_newline=True, **kw)  # type: ignore[arg-type]
+    env.globals["plural"] = plural
+    env.globals["hashes"] = hashes
+    return env
+
+
+def markdown_env(user_dir: Path | None = None) -> Environment:
+    env = _env(user_dir, autoescape=False, finalize=inline)
+    env.filters.update(code=code, prose=prose, fence=fence, md=inline, codes=codes, bold=bold)
+    return env
+
+
+def html_env(user_dir: Path | None = None) -> Environment:
+    return _env(user_dir, autoescape=True)

@@ -1,0 +1,506 @@
+"""The view: what templates see. Built from (already redacted) report data; plain frozen values,
+times formatted, paths shortened, repeated lines folded. No Markdown or HTML here."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+
+from forensics.model import Conclusion, Event, Evidence, Incident
+from forensics.render.data import Excerpt, ExcerptLine, ReportData
+from forensics.render.impact import unit_impacts
+from forensics.render.options import ReportOptions
+from forensics.render.timefmt import INFERRED, MARK, TIME_SOURCE_WORDS, Clock, duration, parse_ts
+
+KIND_LABELS: dict[str, str] = {
+    "oom_kill": "kernel OOM kill",
+    "unit_oom_killed": "OOM kill inside the unit's cgroup",
+    "oomd_kill": "systemd-oomd kill",
+    "stop_timeout": "systemd stop timeout",
+    "flashinfer_arch_unsupported": "FlashInfer cannot build for the GPU architecture",
+    "cuda_arch_unsupported": "code not built for the GPU architecture",
+    "cuda_oom": "CUDA out of memory",
+    "cuda_error": "CUDA error",
+    "nccl_timeout": "NCCL collective timeout",
+    "nccl_error": "NCCL error",
+    "watchdog_timeout": "SGLang scheduler watchdog timeout",
+    "gpu_xid": "GPU Xid error",
+    "gpu_fallen_off_bus": "GPU fell off the bus",
+    "segfault": "segmentation fault",
+    "kernel_panic": "kernel panic",
+    "child_failed": "SGLang child process failure",
+    "service_killed": "service killed by a signal",
+    "unknown": "unknown cause",
+}
+
+CONFIDENCE_WORDS: dict[str, str] = {
+    "confirmed": "the logs show the cause directly",
+    "likely": "consistent with the logs, but the cause itself is not logged",
+    "possible": "one of several explanations the logs allow",
+    "inconclusive": "the logs cannot decide it",
+}
+
+ENV_ORDER = ("host", "gpu", "sm", "driver", "cuda", "nvcc", "torch", "flashinfer", "sglang", "vllm", "python",
+             "kernel", "os")
+
+KEY_SEVERITIES = frozenset({"critical", "error", "warning"})
+
+
+def kind_label(kind: str) -> str:
+    return KIND_LABELS.get(kind, kind.replace("_", " "))
+
+
+# ----------------------------------------------------------------------------- view values
+
+@dataclass(frozen=True)
+class TimeCell:
+    utc: str              # `20:17:19` (with the date when the column spans days)
+    local: str            # `22:17:19 CEST`; equal to utc + ` UTC` when the zone is UTC
+    inferred: bool
+    how: str              # a TimeSource value
+    iso: str | None       # the model's ISO string
+
+    @property
+    def mark(self) -> str:
+        return MARK if self.inferred else ""
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    time: TimeCell
+    source: str           # `journal-eagle3.log:156-157`
+    path: str
+    line: int
+    line_end: int
+    host: str
+    unit: str
+    lane: str             # the unit, or the source when the event has no unit
+    kind: str
+    title: str
+    role: str
+    severity: str
+    count: int
+    is_root: bool
+    is_cause: bool
+    event_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KeyLine:
+    title: str
+    time: TimeCell
+    where: str
+    kind: str
+    rule: str
+    role: str
+    severity: str
+    explain: str
+    message: str
+    count: int
+    explained_by: str     # `kernel OOM kill (confirmed)` for a symptom, "" otherwise
+    is_root: bool
+
+
+@dataclass(frozen=True)
+class EvidenceView:
+    where: str
+    time: str
+    note: str
+    text: str
+    absent: bool
+
+
+@dataclass(frozen=True)
+class ConclusionView:
+    heading: str
+    kind: str
+    kind_label: str
+    rule: str
+    confidence: str
+    confidence_words: str
+    statement: str
+    unit: str
+    is_root: bool
+    cause: str            # the cause event's title, "" when the cause was not seen
+    cause_where: str      # `dmesg.log:6`
+    explains: tuple[str, ...]
+    evidence_for: tuple[EvidenceView, ...]
+    evidence_against: tuple[EvidenceView, ...]
+    alternatives: tuple[str, ...]
+    next_steps: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FlagView:
+    name: str
+    value: str
+    note: str
+
+
+@dataclass(frozen=True)
+class ConfigView:
+    unit: str
+    host: str
+    where: str
+    command: str
+    flags: tuple[FlagView, ...]
+    arithmetic: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GapView:
+    what: str
+    why: str
+    commands: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ActionView:
+    text: str
+    about: str            # the unit or kind it comes from
+
+
+@dataclass(frozen=True)
+class ImpactRow:
+    unit: str
+    host: str
+    down: str             # when it went down
+    how: str              # the event that shows it
+    back: str             # when it came back, or `not within the logs`
+    down_for: str
+    runs: tuple[str, ...]  # `started 20:19:40, ready 20:29:11 (9 min 31 s), down 20:29:47 after 36 s up`
+
+
+@dataclass(frozen=True)
+class ExcerptView:
+    path: str
+    where: str
+    text: str             # numbered lines, `>` on cited lines
+    notes: tuple[str, ...]
+    from_file: bool
+
+
+@dataclass(frozen=True)
+class SourceView:
+    path: str
+    short: str
+    sha256: str
+    format: str
+    confidence: str
+    host: str
+    records: int
+    unparsed: int
+    first: str
+    last: str
+    time_anchor: str
+
+
+@dataclass(frozen=True)
+class TimeNote:
+    how: str
+    words: str
+    count: int
+
+
+@dataclass(frozen=True)
+class IncidentView:
+    index: int
+    id: str
+    headline: str
+    date: str
+    window: str
+    hosts: tuple[str, ...]
+    units: tuple[str, ...]
+    failed_units: tuple[str, ...]
+    root: ConclusionView | None
+    conclusions: tuple[ConclusionView, ...]
+    impact: tuple[ImpactRow, ...]
+    timeline: tuple[TimelineRow, ...]
+    timeline_has_inferred: bool
+    key_lines: tuple[KeyLine, ...]
+    configs: tuple[ConfigView, ...]
+    environment: tuple[tuple[str, str], ...]
+    gaps: tuple[GapView, ...]
+    actions: tuple[ActionView, ...]
+    excerpts: tuple[ExcerptView, ...]
+    excerpts_total: int
+    sources: tuple[SourceView, ...]
+    time_notes: tuple[TimeNote, ...]
+    events_total: int
+
+
+@dataclass(frozen=True)
+class ReportView:
+    title: str
+    single: bool
+    incidents: tuple[IncidentView, ...]
+    tz: str
+    zone_is_utc: bool
+    tool_version: str
+    rulepacks: tuple[tuple[str, str], ...]
+    generated_at: str | None
+    redacted: bool
+    trim_note: str        # "" unless the Markdown was trimmed
+    svg_slot: str         # "" for Markdown; for HTML the placeholder that the timeline picture replaces
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def short_paths(paths: list[str]) -> dict[str, str]:
+    """The shortest path suffix that still tells each path apart (`dmesg.log`, `a/journal.log`)."""
+    unique = sorted(set(paths))
+    out: dict[str, str] = {}
+    for p in unique:
+        parts = p.split("/")
+        for n in range(1, len(parts) + 1):
+            cand = "/".join(parts[-n:])
+            if not any(o != p and (o == cand or o.endswith("/" + cand)) for o in unique):
+                break
+        out[p] = cand
+    return out
+
+
+def _lines(line: int, line_end: int) -> str:
+    return f"{line}" if line_end <= line else f"{line}-{line_end}"
+
+
+class _Builder:
+    def __init__(self, incident: Incident, excerpts: tuple[Excerpt, ...], index: int, clock: Clock) -> None:
+        self.i = incident
+        self.excerpts = excerpts
+        self.index = index
+        self.clock = clock
+        paths = [s.path for s in incident.sources] + [e.path for e in incident.events]
+        paths += [ev.path for c in incident.conclusions for ev in (*c.evidence_for, *c.evidence_against)]
+        paths += [c.evidence.path for c in incident.configs]
+        self.short = short_paths(paths)
+        self.events = {e.id: e for e in incident.events}
+        times = [parse_ts(e.ts) for e in incident.events if e.ts]
+        times = [t for t in times if t is not None]
+        self.utc_dates = len({t.date() for t in times}) > 1
+        self.local_dates = len({clock.local(t).date() for t in times}) > 1
+        self.root_event = incident.root_cause.cause_event if incident.root_cause else None
+        self.cause_events = {c.cause_event for c in incident.conclusions if c.cause_event}
+        self.explained_by: dict[str, Conclusion] = {}
+        for c in incident.conclusions:
+            for eid in c.explains:
+                self.explained_by.setdefault(eid, c)
+
+    # -- small pieces
+
+    def where(self, path: str, line: int, line_end: int) -> str:
+        return f"{self.short.get(path, path)}:{_lines(line, line_end)}"
+
+    def cell(self, ts: str | None, how: str) -> TimeCell:
+        dt = parse_ts(ts)
+        utc = self.clock.utc_text(dt, self.utc_dates)
+        local = self.clock.local_text(dt, self.local_dates) if not self.clock.is_utc else f"{utc} UTC"
+        return TimeCell(utc, local, how in INFERRED and dt is not None, how, ts)
+
+    def when(self, ts: str | None, how: str) -> str:
+        dt = parse_ts(ts)
+        if dt is None:
+            return ""
+        text = f"{self.clock.utc_text(dt, self.utc_dates)} UTC"
+        return f"{MARK}{text}" if how in INFERRED else text
+
+    def evidence(self, ev: Evidence) -> EvidenceView:
+        absent = ev.line <= 0
+        where = self.short.get(ev.path, ev.path) if absent else self.where(ev.path, ev.line, ev.line_end)
+        return EvidenceView(where, self.when(ev.ts, ev.ts_source), ev.note, ev.text, absent)
+
+    def lane(self, e: Event) -> str:
+        base = e.unit or self.short.get(e.path, e.path)
+        return f"{e.host}: {base}" if len(self.i.hosts) > 1 and e.host else base
+
+    # -- sections
+
+    def timeline(self) -> tuple[TimelineRow, ...]:
+        rows: list[TimelineRow] = []
+        for e in self.i.events:
+            prev = rows[-1] if rows else None
+            if prev is not None and prev.path == e.path and prev.kind == e.kind and prev.unit == (e.unit or "") \
+                    and prev.time.iso == e.ts and prev.line_end + 1 >= e.line and prev.line_end < e.line \
+                    and self.events[prev.event_ids[-1]].message == e.message:
+                rows[-1] = TimelineRow(prev.time, self.where(e.path, prev.line, e.line_end), e.path, prev.line,
+                                       e.line_end, prev.host, prev.unit, prev.lane, prev.kind, prev.title, prev.role,
+                                       prev.severity, prev.count + 1, prev.is_root, prev.is_cause,
+                                       (*prev.event_ids, e.id))
+                continue
+            rows.append(TimelineRow(
+                time=self.cell(e.ts, e.ts_source), source=self.where(e.path, e.line, e.line_end), path=e.path,
+                line=e.line, line_end=e.line_end, host=e.host or "", unit=e.unit or "", lane=self.lane(e),
+                kind=e.kind, title=e.title, role=e.role, severity=e.severity, count=1,
+                is_root=e.id == self.root_event, is_cause=e.id in self.cause_events, event_ids=(e.id,)))
+        return tuple(rows)
+
+    def key_lines(self) -> tuple[KeyLine, ...]:
+        groups: dict[tuple[str, str, str], list[Event]] = {}
+        for e in self.i.events:
+            if e.kind == "server_config" or not e.explain:
+                continue
+            if e.role not in ("cause", "symptom") and e.severity not in KEY_SEVERITIES:
+                continue
+            groups.setdefault((e.rule, e.unit or "", e.message), []).append(e)
+        out = []
+        for evs in groups.values():
+            e = evs[0]
+            where = ", ".join(self.where(x.path, x.line, x.line_end) for x in evs) if len(evs) <= 3 else \
+                f"{self.where(e.path, e.line, e.line_end)} and {len(evs) - 1} more"
+            c = self.explained_by.get(e.id)
+            by = f"{kind_label(c.kind)} ({c.confidence.value})" if c is not None else ""
+            out.append(KeyLine(e.title, self.cell(e.ts, e.ts_source), where, e.kind, e.rule, e.role, e.severity,
+                               e.explain, e.message, len(evs), by, e.id == self.root_event))
+        return tuple(out)
+
+    def conclusion(self, c: Conclusion) -> ConclusionView:
+        is_root = self.i.root_cause is not None and c == self.i.root_cause
+        cause = cause_where = ""
+        if c.cause_event and c.cause_event in self.events:
+            ce = self.events[c.cause_event]
+            cause, cause_where = ce.title, self.where(ce.path, ce.line, ce.line_end)
+        titles = Counter(self.events[x].title for x in c.explains if x in self.events)
+        explains = tuple(t if n == 1 else f"{t} (x{n})" for t, n in titles.items())
+        label = kind_label(c.kind)
+        heading = f"{c.unit}: {label}" if c.unit else label
+        return ConclusionView(
+            heading=heading, kind=c.kind, kind_label=label, rule=c.rule, confidence=c.confidence.value,
+            confidence_words=CONFIDENCE_WORDS.get(c.confidence.value, ""), statement=c.statement, unit=c.unit or "",
+            is_root=is_root, cause=cause, cause_where=cause_where, explains=explains,
+            evidence_for=tuple(self.evidence(x) for x in c.evidence_for),
+            evidence_against=tuple(self.evidence(x) for x in c.evidence_against),
+            alternatives=c.alternatives, next_steps=c.next_steps)
+
+    def impact(self) -> tuple[ImpactRow, ...]:
+        rows = []
+        for ui in unit_impacts(self.i):
+            runs = []
+            for r in ui.runs:
+                bits = []
+                if r.started:
+                    bits.append(f"started {self.clock.utc_text(r.started, self.utc_dates)}")
+                if r.ready:
+                    load = f" ({duration((r.ready - r.started).total_seconds())} to load)" if r.started else ""
+                    bits.append(f"ready {self.clock.utc_text(r.ready, self.utc_dates)}{load}")
+                if r.down:
+                    up = f" after {duration((r.down - r.ready).total_seconds())} up" if r.ready else ""
+                    bits.append(f"down {self.clock.utc_text(r.down, self.utc_dates)}{up}")
+                if bits:
+                    runs.append(", ".join(bits))
+            for o in ui.outages:
+                secs = o.seconds
+                if o.back is not None:
+                    back = self.clock.both(o.back, with_date=self.utc_dates)
+                    down_for = duration(secs or 0)
+                else:
+                    back = "not within the logs"
+                    down_for = (f"at least {duration(secs)} (until the logs end)" if secs else
+                                "still down when the logs end")
+                rows.append(ImpactRow(ui.unit, o.host or "", self.clock.both(o.down, with_date=self.utc_dates),
+                                      o.down_title, back, down_for, tuple(runs)))
+        return tuple(rows)
+
+    def configs(self) -> tuple[ConfigView, ...]:
+        return tuple(
+            ConfigView(unit=c.unit or "", host=c.host or "",
+                       where=self.where(c.evidence.path, c.evidence.line, c.evidence.line_end),
+                       command=c.command, flags=tuple(FlagView(f.name, f.value, f.note) for f in c.flags),
+                       arithmetic=c.arithmetic)
+            for c in self.i.configs)
+
+    def environment(self) -> tuple[tuple[str, str], ...]:
+        env = self.i.environment
+        keys = [k for k in ENV_ORDER if k in env] + sorted(k for k in env if k not in ENV_ORDER)
+        return tuple((k, str(env[k])) for k in keys)
+
+    def actions(self) -> tuple[ActionView, ...]:
+        seen: set[str] = set()
+        out: list[ActionView] = []
+
+        def add(e: Event, about: str) -> None:
+            for step in e.next_steps:
+                if step not in seen:
+                    seen.add(step)
+                    out.append(ActionView(step, about))
+
+        for c in self.i.conclusions:
+            if c.cause_event and c.cause_event in self.events:
+                add(self.events[c.cause_event], c.unit or kind_label(c.kind))
+        symptoms = set(self.i.symptoms)
+        for e in self.i.events:
+            if e.id not in symptoms and e.id not in self.cause_events and e.role != "symptom":
+                add(e, e.unit or kind_label(e.kind))
+        return tuple(out)
+
+    def excerpt_views(self) -> tuple[ExcerptView, ...]:
+        out = []
+        for x in self.excerpts:
+            width = len(str(x.last))
+            text = "\n".join(_gutter(ln, width) for ln in x.lines)
+            out.append(ExcerptView(x.path, f"{x.path}:{_lines(x.first, x.last)}", text, x.notes, x.from_file))
+        return tuple(out)
+
+    def sources(self) -> tuple[SourceView, ...]:
+        out = []
+        for s in self.i.sources:
+            out.append(SourceView(
+                path=s.path, short=self.short.get(s.path, s.path), sha256=s.sha256, format=s.format,
+                confidence=f"{s.confidence:.0%}", host=s.host or "", records=s.records, unparsed=s.unparsed,
+                first=self.clock.utc_text(parse_ts(s.first_ts), True) if s.first_ts else "",
+                last=self.clock.utc_text(parse_ts(s.last_ts), True) if s.last_ts else "",
+                time_anchor=s.time_anchor))
+        return tuple(out)
+
+    def time_notes(self) -> tuple[TimeNote, ...]:
+        counts = Counter(e.ts_source for e in self.i.events)
+        order = list(TIME_SOURCE_WORDS)
+        return tuple(TimeNote(k, TIME_SOURCE_WORDS.get(k, k), n)
+                     for k, n in sorted(counts.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else 99, kv[0])))
+
+    def build(self) -> IncidentView:
+        i = self.i
+        start, end = parse_ts(i.start), parse_ts(i.end)
+        date = f"{start:%Y-%m-%d}" if start else "unknown date"
+        if start and end:
+            same = start.date() == end.date()
+            window = f"{self.clock.both(start)} to {self.clock.both(end, with_date=not same)}"
+        else:
+            window = self.clock.both(start or end)
+        timeline = self.timeline()
+        impact = self.impact()
+        failed = tuple(dict.fromkeys(r.unit for r in impact))
+        conclusions = tuple(self.conclusion(c) for c in i.conclusions)
+        root = next((c for c in conclusions if c.is_root), None)
+        return IncidentView(
+            index=self.index, id=i.id, headline=i.headline, date=date, window=window, hosts=i.hosts, units=i.units,
+            failed_units=failed, root=root, conclusions=conclusions, impact=impact, timeline=timeline,
+            timeline_has_inferred=any(r.time.inferred for r in timeline), key_lines=self.key_lines(),
+            configs=self.configs(), environment=self.environment(), gaps=tuple(GapView(g.what, g.why, g.commands)
+                                                                               for g in i.gaps),
+            actions=self.actions(), excerpts=self.excerpt_views(), excerpts_total=len(self.excerpts),
+            sources=self.sources(), time_notes=self.time_notes(), events_total=len(i.events))
+
+
+def _gutter(line: ExcerptLine, width: int) -> str:
+    return f"{'>' if line.cited else ' '} {line.number:>{width}}  {line.text}" if line.text else \
+        f"{'>' if line.cited else ' '} {line.number:>{width}}"
+
+
+def build_view(data: ReportData, options: ReportOptions, *, redacted: bool, svg_slot: str = "") -> ReportView:
+    clock = Clock(options.tz)
+    incidents = tuple(_Builder(inc, ex, n, clock).build()
+                      for n, (inc, ex) in enumerate(zip(data.incidents, data.excerpts)))
+    if len(incidents) == 1:
+        title = incidents[0].headline
+    else:
+        dates = sorted({v.date for v in incidents})
+        span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+        title = f"{len(incidents)} incidents, {span}" if incidents else "No incidents"
+    return ReportView(title=title, single=len(incidents) == 1, incidents=incidents, tz=options.tz,
+                      zone_is_utc=clock.is_utc, tool_version=data.tool_version, rulepacks=data.rulepacks,
+                      generated_at=options.generated_at, redacted=redacted, trim_note="", svg_slot=svg_slot)
+
+
+def first_time(view: IncidentView) -> datetime | None:
+    return next((parse_ts(r.time.iso) for r in view.timeline if r.time.iso), None)

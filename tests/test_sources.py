@@ -1,0 +1,107 @@
+"""Inputs: globs, directories, stdin, compression, rotated names, bad bytes, and errors that name the file."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import zstandard
+
+from forensics.pipeline import IngestOptions, ingest
+from forensics.sources import expand, rotation_key
+from forensics.store import Store
+from helpers import records
+
+LINES = "2025-05-25T20:17:19+00:00 h systemd[1]: a\n2025-05-25T20:17:20+00:00 h systemd[1]: b\n"
+
+
+def test_compressed_inputs_are_read_transparently(tmp_path: Path) -> None:
+    (tmp_path / "a.log.gz").write_bytes(gzip.compress(LINES.encode()))
+    (tmp_path / "b.log.bz2").write_bytes(bz2.compress(LINES.replace("a\n", "c\n").encode()))
+    (tmp_path / "c.log.xz").write_bytes(lzma.compress(LINES.replace("a\n", "d\n").encode()))
+    (tmp_path / "d.log.zst").write_bytes(zstandard.ZstdCompressor().compress(LINES.replace("a\n", "e\n").encode()))
+    store = Store(tmp_path / "s")
+    rep = ingest(store, [str(tmp_path / "*.log.*")], IngestOptions())
+    assert not rep.failed
+    df = records(store)
+    assert df.height == 8 and sorted(set(df["message"])) == ["a", "b", "c", "d", "e"]
+
+
+def test_directory_is_recursive_and_rotated_logs_sort_oldest_first(tmp_path: Path) -> None:
+    d = tmp_path / "logs" / "sub"
+    d.mkdir(parents=True)
+    for name in ("syslog", "syslog.1", "syslog.2.gz"):
+        (d / name).write_text("x")
+    srcs, errs = expand([str(tmp_path / "logs")])
+    assert not errs
+    assert [Path(s.path).name for s in srcs] == ["syslog.2.gz", "syslog.1", "syslog"]
+    assert rotation_key("syslog.10.gz") < rotation_key("syslog.9.gz")
+
+
+def test_stdin(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "forensics.cli", "--store", str(tmp_path / "s"), "ingest", "-"],
+                         input=LINES.encode(), capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert "<stdin>" in out.stderr.decode()
+
+
+def test_invalid_utf8_crlf_and_nul_are_repaired_and_counted(tmp_path: Path) -> None:
+    data = b"2025-05-25T20:17:19+00:00 h a[1]: caf\xe9\r\n2025-05-25T20:17:20+00:00 h a[1]: nul\x00here\r\n"
+    (tmp_path / "bad.log").write_bytes(data)
+    store = Store(tmp_path / "s")
+    rep = ingest(store, [str(tmp_path / "bad.log")], IngestOptions())
+    e = rep.results[0].entry
+    assert e.invalid_utf8 == 1 and e.records == 2
+    assert any("CRLF" in n for n in e.notes) and any("NUL" in n for n in e.notes)
+    msgs = records(store)["message"].to_list()
+    assert msgs == ["caf\ufffd", "nul\ufffdhere"]
+
+
+def test_errors_name_the_input_and_the_rest_lands(tmp_path: Path) -> None:
+    (tmp_path / "good.log").write_text(LINES)
+    store = Store(tmp_path / "s")
+    rep = ingest(store, [str(tmp_path / "missing.log"), str(tmp_path / "good.log"), str(tmp_path / "nope*.log")],
+                 IngestOptions())
+    assert rep.failed
+    assert any("missing.log: no such file" in e for e in rep.errors)
+    assert any("nope*.log: no file matches" in e for e in rep.errors)
+    assert records(store).height == 2
+
+
+def test_truncated_gzip_keeps_what_was_read_and_fails_with_the_line(tmp_path: Path) -> None:
+    body = "".join(f"2025-05-25T20:17:{i % 60:02d}+00:00 h a[1]: line {i}\n" for i in range(20000)).encode()
+    (tmp_path / "t.log.gz").write_bytes(gzip.compress(body)[:-4000])
+    out = subprocess.run([sys.executable, "-m", "forensics.cli", "--store", str(tmp_path / "s"), "ingest",
+                          str(tmp_path / "t.log.gz")], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "t.log.gz" in out.stderr and "compressed stream ends early" in out.stderr
+
+
+def test_fifo_is_refused_with_a_fix(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    srcs, errs = expand([str(fifo)])
+    assert not srcs and "not a regular file" in errs[0] and "ingest -" in errs[0]
+
+
+def test_empty_file_is_one_source_with_no_records(tmp_path: Path) -> None:
+    (tmp_path / "empty.log").write_text("")
+    store = Store(tmp_path / "s")
+    rep = ingest(store, [str(tmp_path / "empty.log")], IngestOptions())
+    assert not rep.failed and rep.results[0].entry.records == 0
+
+
+def test_cli_exit_codes(tmp_path: Path) -> None:
+    (tmp_path / "good.log").write_text(LINES)
+    base = [sys.executable, "-m", "forensics.cli", "--store", str(tmp_path / "s"), "ingest"]
+    assert subprocess.run(base + [str(tmp_path / "good.log")], capture_output=True).returncode == 0
+    assert subprocess.run(base + [str(tmp_path / "nope.log")], capture_output=True).returncode == 1
+    assert subprocess.run(base + ["--tz", "Mars/Olympus", str(tmp_path / "good.log")],
+                          capture_output=True).returncode == 2

@@ -1,0 +1,98 @@
+"""Store: idempotent re-ingest, atomic sources under SIGKILL, concurrent ingests."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+
+from forensics.pipeline import IngestOptions, ingest
+from forensics.store import Store
+from helpers import records
+
+LINES = "".join(f"2025-05-25T20:{i // 60 % 60:02d}:{i % 60:02d}+00:00 h a[{i}]: line {i}\n" for i in range(2000))
+
+
+def _cli(store: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "forensics.cli", "--store", str(store), *args]
+
+
+def test_reingest_same_bytes_is_a_noop_unless_forced(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_text(LINES)
+    store = Store(tmp_path / "s")
+    first = ingest(store, [str(tmp_path / "a.log")], IngestOptions())
+    again = ingest(store, [str(tmp_path / "a.log")], IngestOptions())
+    assert first.results[0].status == "ingested" and again.results[0].status == "unchanged"
+    assert len(store.sources()) == 1 and records(store).height == 2000
+    forced = ingest(store, [str(tmp_path / "a.log")], IngestOptions(force=True))
+    assert forced.results[0].status == "ingested"
+    assert len(store.sources()) == 1 and records(store).height == 2000
+
+
+def test_same_bytes_under_another_name_is_a_noop(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_text(LINES)
+    (tmp_path / "b.log").write_text(LINES)
+    store = Store(tmp_path / "s")
+    rep = ingest(store, [str(tmp_path / "a.log"), str(tmp_path / "b.log")], IngestOptions())
+    assert [r.status for r in rep.results] == ["ingested", "unchanged"]
+
+
+def test_sources_json_fields(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_text(LINES)
+    assert subprocess.run(_cli(tmp_path / "s", "ingest", str(tmp_path / "a.log")), capture_output=True).returncode == 0
+    out = subprocess.run(_cli(tmp_path / "s", "sources", "--json"), capture_output=True, text=True)
+    rows = json.loads(out.stdout)
+    for key in ("path", "sha256", "format", "records", "unparsed", "first_ts", "last_ts"):
+        assert key in rows[0]
+    assert rows[0]["first_ts"] == "2025-05-25T20:00:00.000000Z"
+
+
+def test_killed_ingest_leaves_the_store_as_before(tmp_path: Path) -> None:
+    small = tmp_path / "small.log"
+    small.write_text(LINES)
+    big = tmp_path / "big.log"
+    with open(big, "w") as fh:
+        for _ in range(60):
+            fh.write(LINES * 10)
+    s = tmp_path / "s"
+    assert subprocess.run(_cli(s, "ingest", str(small)), capture_output=True).returncode == 0
+    before = (s / "manifest.json").read_text()
+    killed = 0
+    for delay in (0.3, 0.8, 1.5):
+        p = subprocess.Popen(_cli(s, "ingest", str(big)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            killed += 1
+        p.wait()
+        if p.returncode == 0:
+            break
+        assert (s / "manifest.json").read_text() == before
+        store = Store(s)
+        assert [e.path for e in store.sources()] == [str(small)]
+        assert records(store).height == 2000
+    assert killed >= 1
+    # a re-run completes with exact counts
+    assert subprocess.run(_cli(s, "ingest", str(big)), capture_output=True).returncode == 0
+    assert records(Store(s)).height == 2000 + 2000 * 600
+
+
+def test_two_concurrent_ingests_both_land(tmp_path: Path) -> None:
+    paths = []
+    for k in range(2):
+        p = tmp_path / f"f{k}.log"
+        p.write_text(LINES.replace("line", f"file{k}") * 20)
+        paths.append(p)
+    s = tmp_path / "s"
+    procs = [subprocess.Popen(_cli(s, "ingest", str(p)), stderr=subprocess.PIPE) for p in paths]
+    assert [p.wait() for p in procs] == [0, 0]
+    store = Store(s)
+    assert sorted(e.path for e in store.sources()) == sorted(str(p) for p in paths)
+    df = records(store)
+    assert df.height == 2 * 40000
+    assert df.filter(pl.col("message").str.starts_with("file0")).height == 40000
