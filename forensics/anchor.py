@@ -15,6 +15,8 @@ import polars as pl
 
 from .schema import TimeSource
 
+DISTINCT = r"\b(?:PID: |pid=|[Pp]rocess |task )\d{2,}"
+
 
 @dataclass(frozen=True)
 class BootAnchor:
@@ -46,12 +48,18 @@ def pair_offsets(kernel_mono: pl.DataFrame, walled: pl.DataFrame, tolerance_s: f
     agree = agree.filter((pl.col("_b") - pl.col("_bb")).abs() <= 1)
     total = pairs.group_by("boot_id", "_whost").len().rename({"len": "_all"})
     return (agree.group_by("boot_id", "_whost")
-            .agg(pl.col("_off").median().alias("offset_us"), pl.col("_off").min().alias("lo"),
+            .agg((pl.col("_off").median()
+                  # second-precision journal stamps are truncated: the true offset is half a second later
+                  + pl.when((pl.col("_wts").dt.microsecond() == 0).all()).then(500_000).otherwise(0))
+                 .alias("offset_us"), pl.col("_off").min().alias("lo"),
                  pl.col("_off").max().alias("hi"), pl.len().alias("pairs"),
-                 (pl.col("mono") // 10).n_unique().alias("moments"))
+                 (pl.col("mono") // 10).n_unique().alias("moments"),
+                 pl.col("message").str.contains(DISTINCT).any().alias("distinct"))
             .join(total, on=["boot_id", "_whost"])
-            # one burst (a single OOM report) is one moment: its generic lines can coincide across hosts
-            .filter(pl.col("pairs") * 2 > pl.col("_all"), pl.col("moments") >= 2)
+            # one burst (a single OOM report) is one moment, and its generic lines (stack frames, memory
+            # summary) are the same on every host of a model: it counts only if a line naming a process
+            # (`Killed process 48213`, `PID: 48297`) pairs too
+            .filter(pl.col("pairs") * 2 > pl.col("_all"), (pl.col("moments") >= 2) | pl.col("distinct"))
             .sort(["pairs", "boot_id"], descending=[True, False])
             .unique("boot_id", keep="first", maintain_order=True))
 

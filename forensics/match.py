@@ -551,9 +551,8 @@ def _finish_fields(rule: Rule, groups: Mapping[str, Any], rules: RuleSet) -> dic
     for d in rule.derive:
         if fields.get(d.field) is not None:
             continue
-        if d.sources:
-            v = next((fields[s] for s in d.sources if fields.get(s) is not None), None)
-        else:
+        v = next((fields[s] for s in d.sources if fields.get(s) is not None), None) if d.sources else d.value
+        if d.sources and d.value is not None and v is not None:
             v = d.value
         if v is None:
             continue

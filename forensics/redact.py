@@ -133,7 +133,10 @@ class RedactionMap:
 
     @classmethod
     def load(cls, path: Path) -> RedactionMap:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path}: cannot read the redaction map: {e}") from e
         if not isinstance(data, dict) or data.get("version") != MAP_VERSION or not isinstance(data.get("map"), dict):
             raise ValueError(f"{path}: not a forensics redaction map (expected {{\"version\": {MAP_VERSION}, \"map\": ...}})")
         entries: dict[str, dict[str, str]] = {k: {} for k in KINDS}

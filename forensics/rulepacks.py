@@ -31,7 +31,7 @@ Pack file (see `rules/systemd.yaml` for a full example):
           - {field: constraint, from: [constraint_name], lookup: oom_constraint}
           - {field: cgroup, from: [oom_memcg, task_memcg]}
           - {field: unit, from: [cgroup], cast: cgroup_unit}
-          - {field: signal, value: KILL}
+          - {field: signal, value: KILL}           # a constant; with `from:` only when a source is set
         context:                     # optional: extra lines of the same event in nearby records
           - {name: trigger, pattern: '...', direction: before, lines: 5000, seconds: 30, same: [pid]}
         title: '{unit}: main process killed by SIG{signal}'
@@ -199,8 +199,9 @@ class Applies:
 
 @dataclass(frozen=True)
 class Derive:
-    """A computed field: the first non-null of `sources` (or the constant `value`), optionally mapped through a
-    lookup table or a cast. Never overwrites a field that is already set."""
+    """A computed field: the first non-null of `sources`, optionally mapped through a lookup table or a cast;
+    or the constant `value` (with `sources`: only when one of them is set). Never overwrites a field that is
+    already set."""
 
     field: str
     sources: tuple[str, ...] = ()
@@ -706,8 +707,8 @@ class _Reader:
             name = self.string(m["field"], "derive.field")
             if name is None:
                 continue
-            if ("from" in m) == ("value" in m):
-                self.err.add(item, f"derive '{name}'{owner} needs exactly one of `from` and `value`")
+            if "from" not in m and "value" not in m:
+                self.err.add(item, f"derive '{name}'{owner} needs `from` (source fields) or `value` (a constant)")
                 continue
             sources = self.strings(m["from"], "derive.from") if "from" in m else ()
             for s in sources:

@@ -118,11 +118,20 @@ def timeline_svg(iv: IncidentView, clock: Clock) -> str:
     out.append(f'<text x="8" y="{TOP - 24}" fill="#333" font-weight="bold">UTC</text>')
     if zone_label:
         out.append(f'<text x="8" y="{TOP - 10}" fill="#777" font-size="11">{_e(zone_label)}</text>')
-    # events
-    root_label = ""
-    for t, r in points:
+    # events: context first, the root cause last (on top); markers that would overlap are spread vertically
+    def rank(r: TimelineRow) -> int:
+        return 3 if r.is_root else 2 if (r.is_cause or r.role == "cause") else 1 if r.role == "symptom" else 0
+
+    placed: dict[str, list[float]] = {}
+    spots: list[tuple[int, float, float, datetime, TimelineRow]] = []
+    for t, r in sorted(points, key=lambda p: (-rank(p[1]), p[0])):     # the most important keeps the lane's centre
         x = x_of(t)
-        y = TOP + lanes.index(r.lane) * LANE_H + LANE_H / 2
+        near = sum(1 for px in placed.setdefault(r.lane, []) if abs(px - x) < 9)
+        placed[r.lane].append(x)
+        y = TOP + lanes.index(r.lane) * LANE_H + LANE_H / 2 + (0, -9, 9)[near % 3]
+        spots.append((rank(r), x, y, t, r))
+    root_label = ""
+    for _rank, x, y, t, r in sorted(spots, key=lambda s: (s[0], s[3], s[1])):
         tip = f"{r.time.mark}{clock.both(t)} · {r.source} · {r.title}" + (f" (x{r.count})" if r.count > 1 else "")
         out.append(f'<g><title>{_e(tip)}</title>{_marker(x, y, r)}</g>')
         if r.is_root and not root_label:

@@ -292,6 +292,23 @@ class _Builder:
     def where(self, path: str, line: int, line_end: int) -> str:
         return f"{self.short.get(path, path)}:{_lines(line, line_end)}"
 
+    def where_many(self, evs: list[Event]) -> str:
+        """`journal.log:156-157`, `journal.log:12, 40`, or one `path:line` per source."""
+        by_path: dict[str, list[tuple[int, int]]] = {}
+        for x in evs:
+            by_path.setdefault(x.path, []).append((x.line, max(x.line, x.line_end)))
+        parts = []
+        for path, spans in by_path.items():
+            merged: list[list[int]] = []
+            for a, b in sorted(spans):
+                if merged and a <= merged[-1][1] + 1:
+                    merged[-1][1] = max(merged[-1][1], b)
+                else:
+                    merged.append([a, b])
+            shown = ", ".join(_lines(a, b) for a, b in merged[:4]) + (", ..." if len(merged) > 4 else "")
+            parts.append(f"{self.short.get(path, path)}:{shown}")
+        return "; ".join(parts)
+
     def cell(self, ts: str | None, how: str) -> TimeCell:
         dt = parse_ts(ts)
         utc = self.clock.utc_text(dt, self.utc_dates)
@@ -346,8 +363,7 @@ class _Builder:
         out = []
         for evs in groups.values():
             e = evs[0]
-            where = ", ".join(self.where(x.path, x.line, x.line_end) for x in evs) if len(evs) <= 3 else \
-                f"{self.where(e.path, e.line, e.line_end)} and {len(evs) - 1} more"
+            where = self.where_many(evs)
             c = self.explained_by.get(e.id)
             by = f"{kind_label(c.kind)} ({c.confidence.value})" if c is not None else ""
             out.append(KeyLine(e.title, self.cell(e.ts, e.ts_source), where, e.kind, e.rule, e.role, e.severity,
@@ -386,7 +402,7 @@ class _Builder:
                 if r.down:
                     up = f" after {duration((r.down - r.ready).total_seconds())} up" if r.ready else ""
                     bits.append(f"down {self.clock.utc_text(r.down, self.utc_dates)}{up}")
-                if bits:
+                if r.started or r.ready:
                     runs.append(", ".join(bits))
             for o in ui.outages:
                 secs = o.seconds

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Benchmark: `forensics ingest` vs ripgrep (and lnav when installed) on the generated corpus, same run.
+
+    python bench/run.py [--size-mb 1024] [--seed 42] [--runs 3] [--out bench/results/latest.json]
+
+The corpus comes from ../shared/bench/gen_corpus.py and is cached under bench/.cache/<seed>-<size>/.
+Commands run alternately, `--runs` times each; the table shows medians. Peak RSS is the child's
+ru_maxrss (os.wait4). After the runs, the planted incidents of truth.json are checked against the events
+of the last forensics store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+GEN = ROOT.parent / "shared" / "bench" / "gen_corpus.py"
+FILES = ("journal.log", "journal-iso.log", "dmesg.log", "sglang.log")
+
+
+def corpus(size_mb: int, seed: int) -> Path:
+    out = HERE / ".cache" / f"{seed}-{size_mb}"
+    if not (out / "truth.json").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, str(GEN), "--out", str(out), "--size-mb", str(size_mb), "--seed", str(seed),
+                        "--jobs", "2"], check=True)
+    return out
+
+
+def timed(cmd: list[str], stdout: int | None = subprocess.DEVNULL) -> tuple[float, int, int]:
+    """(seconds, peak RSS bytes, exit code) of one child process."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    dt = time.perf_counter() - t0
+    return dt, ru.ru_maxrss * 1024, os.waitstatus_to_exitcode(status)
+
+
+def literals() -> list[str]:
+    sys.path.insert(0, str(ROOT))
+    from forensics.rulepacks import load_rules
+
+    rules = load_rules()
+    lits = rules.literals() if hasattr(rules, "literals") else []
+    return sorted({x for x in lits if x})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size-mb", type=int, default=1024)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--out", default=str(HERE / "results" / "latest.json"))
+    ap.add_argument("--no-rules", action="store_true", help="also time ingest with matching disabled")
+    args = ap.parse_args()
+    data = corpus(args.size_mb, args.seed)
+    files = [str(data / f) for f in FILES]
+    size = sum(os.path.getsize(f) for f in files)
+    lines = sum(1 for f in files for _ in open(f, "rb"))
+    forensics = str(Path(sys.executable).parent / "forensics")
+    pats = Path(tempfile.mkdtemp()) / "patterns.txt"
+    pats.write_text("\n".join(literals()) + "\n")
+    npats = len(pats.read_text().splitlines())
+    cmds: dict[str, list[str] | None] = {
+        "cat (floor)": ["cat", *files],
+        f"rg -c -F -f ({npats} rule literals)": ["rg", "-c", "-F", "-f", str(pats), *files] if shutil.which("rg") else None,
+        "lnav headless index": (["lnav", "-n", "-c", ";SELECT count(*) FROM all_logs", *files]
+                                if shutil.which("lnav") else None),
+        "forensics ingest": "INGEST",  # type: ignore[dict-item]
+    }
+    results: dict[str, list[tuple[float, int]]] = {k: [] for k, v in cmds.items() if v is not None}
+    store_dir = Path(tempfile.mkdtemp())
+    for run in range(args.runs):
+        for name, cmd in cmds.items():
+            if cmd is None:
+                continue
+            if cmd == "INGEST":
+                shutil.rmtree(store_dir, ignore_errors=True)
+                cmd = [forensics, "--store", str(store_dir), "ingest", "--quiet", *files]
+            dt, rss, rc = timed(cmd)  # type: ignore[arg-type]
+            if name == "forensics ingest" and rc != 0:
+                print(f"forensics ingest failed (exit {rc})", file=sys.stderr)
+                return 1
+            results[name].append((dt, rss))
+            print(f"run {run + 1}: {name}: {dt:.2f} s, {rss / 2**20:.0f} MiB", file=sys.stderr)
+    rows = []
+    for name, rs in results.items():
+        t = statistics.median(x[0] for x in rs)
+        rss = statistics.median(x[1] for x in rs)
+        rows.append({"command": name, "seconds": round(t, 3), "mb_s": round(size / 1e6 / t, 1),
+                     "lines_s": round(lines / t), "peak_rss_mib": round(rss / 2**20, 1)})
+    ours = next(r for r in rows if r["command"] == "forensics ingest")
+    for r in rows:
+        r["forensics_vs_this"] = round(r["mb_s"] / ours["mb_s"], 2)
+    found = check_truth(store_dir, data)
+    report = {"corpus": str(data), "size_bytes": size, "lines": lines, "runs": args.runs, "rows": rows,
+              "truth": found}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    print(f"\ncorpus: {size / 2**20:.0f} MiB, {lines:,} lines, medians of {args.runs} runs\n")
+    print(f"| command | s | MB/s | lines/s | peak RSS MiB | x forensics |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['command']} | {r['seconds']} | {r['mb_s']:,} | {r['lines_s']:,} | {r['peak_rss_mib']:,} | "
+              f"{r['forensics_vs_this']} |")
+    print(f"\nplanted incidents found: {found['found']}/{found['total']}")
+    for miss in found["missed"]:
+        print(f"  missed: {miss}")
+    return 0
+
+
+KIND_EVENTS = {"sigkill_cgroup": {"service_killed"}, "kernel_oom": {"oom_kill"},
+               "nccl_watchdog_timeout": {"nccl_timeout"}, "flashinfer_sm120": {"flashinfer_arch_unsupported",
+                                                                              "cuda_arch_unsupported"},
+               "cuda_oom": {"cuda_oom"}}
+
+
+def check_truth(store_dir: Path, data: Path) -> dict:
+    import polars as pl
+
+    sys.path.insert(0, str(ROOT))
+    from forensics.store import Store
+
+    truth = json.loads((data / "truth.json").read_text())
+    ev = Store(store_dir).events().select("kind", "path", "line", "line_end").collect()
+    missed = []
+    for inc in truth["incidents"]:
+        kinds = KIND_EVENTS[inc["kind"]]
+        hit = ev.filter(pl.col("kind").is_in(list(kinds)), pl.col("path").str.ends_with("/" + inc["file"]),
+                        pl.col("line") <= inc["line_end"], pl.col("line_end") >= inc["line_start"])
+        if hit.height == 0:
+            missed.append(f"{inc['id']} {inc['kind']} {inc['file']}:{inc['line_start']}-{inc['line_end']}")
+    return {"total": len(truth["incidents"]), "found": len(truth["incidents"]) - len(missed), "missed": missed}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""Rows out of the store for people and other tools: table, JSON, CSV, JSON lines, Timesketch.
+
+    write_rows(df, "jsonl", sys.stdout, kind="events")
+
+`df` is a records frame (`forensics.schema.RECORD_SCHEMA`) or an events frame (`EVENT_SCHEMA`).
+Times are ISO 8601 UTC with `Z` and microseconds (`2025-05-25T20:17:19.000000Z`), or null.
+
+Fields, records: ts, ts_source, host, ident, pid, unit, message, path, line, line_end, format.
+Fields, events: ts, ts_source, kind, rule, severity, role, host, unit, pid, title, source (the path),
+line, line_end, message, fields (an object; in CSV its JSON text).
+Timesketch (JSON lines for its importer): `message`, `datetime` (ISO 8601 with `+00:00`),
+`timestamp` (microseconds since the epoch) and `timestamp_desc`, then the fields above; rows
+without a time cannot be placed on a Timesketch timeline and are left out (counted in the result).
+`table` is for terminals: one line per row, control characters shown as `\\xNN`.
+CSV is written verbatim: a spreadsheet may read a cell that starts with `=`, `+`, `-` or `@` as a formula.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal, TextIO
+
+import polars as pl
+
+from forensics.schema import EVENT_SCHEMA, RECORD_SCHEMA, conform
+
+__all__ = ["EXPORT_FORMATS", "Written", "write_rows", "row_dicts"]
+
+EXPORT_FORMATS: tuple[str, ...] = ("table", "json", "csv", "jsonl", "timesketch")
+Kind = Literal["records", "events"]
+
+RECORD_FIELDS = ("ts", "ts_source", "host", "ident", "pid", "unit", "message", "path", "line", "line_end", "format")
+EVENT_FIELDS = ("ts", "ts_source", "kind", "rule", "severity", "role", "host", "unit", "pid", "title", "source",
+                "line", "line_end", "message", "fields")
+INFERRED = frozenset({"zone_assumed", "year_inferred", "boot_anchored", "monotonic_only"})
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CHUNK = 20_000
+
+
+@dataclass(frozen=True)
+class Written:
+    rows: int
+    skipped: int = 0      # rows left out (Timesketch: rows without a time)
+
+
+def _iso(ts: datetime | None) -> str | None:
+    if ts is None:
+        return None
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=timezone.utc)
+    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _fields(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"_raw": text}
+    return value if isinstance(value, dict) else {"_value": value}
+
+
+def row_dicts(df: pl.DataFrame, kind: Kind) -> Iterator[dict[str, Any]]:
+    """The documented JSON object of each row, in frame order."""
+    schema = RECORD_SCHEMA if kind == "records" else EVENT_SCHEMA
+    frame = conform(df, schema)
+    for chunk in frame.iter_slices(_CHUNK):
+        for r in chunk.iter_rows(named=True):
+            if kind == "records":
+                yield {"ts": _iso(r["ts"]), "ts_source": r["ts_source"], "host": r["host"], "ident": r["ident"],
+                       "pid": r["pid"], "unit": r["unit"], "message": r["message"], "path": r["path"],
+                       "line": r["line"], "line_end": r["line_end"], "format": r["format"]}
+            else:
+                yield {"ts": _iso(r["ts"]), "ts_source": r["ts_source"], "kind": r["kind"], "rule": r["rule"],
+                       "severity": r["severity"], "role": r["role"], "host": r["host"], "unit": r["unit"],
+                       "pid": r["pid"], "title": r["title"], "source": r["path"], "line": r["line"],
+                       "line_end": r["line_end"], "message": r["message"], "fields": _fields(r["fields"])}
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, default=str)
+
+
+def _write_json(rows: Iterator[dict[str, Any]], out: TextIO) -> int:
+    n = 0
+    out.write("[")
+    for row in rows:
+        out.write(",\n  " if n else "\n  ")
+        out.write(_dumps(row))
+        n += 1
+    out.write("\n]\n" if n else "]\n")
+    return n
+
+
+def _write_jsonl(rows: Iterator[dict[str, Any]], out: TextIO) -> int:
+    n = 0
+    for row in rows:
+        out.write(_dumps(row))
+        out.write("\n")
+        n += 1
+    return n
+
+
+def _write_csv(rows: Iterator[dict[str, Any]], out: TextIO, kind: Kind) -> int:
+    names = RECORD_FIELDS if kind == "records" else EVENT_FIELDS
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(names)
+    n = 0
+    for row in rows:
+        writer.writerow(["" if row[k] is None else (_dumps(row[k]) if k == "fields" else row[k]) for k in names])
+        n += 1
+    return n
+
+
+def _write_timesketch(rows: Iterator[dict[str, Any]], out: TextIO, kind: Kind) -> Written:
+    n = skipped = 0
+    for row in rows:
+        if row["ts"] is None:
+            skipped += 1
+            continue
+        dt = datetime.strptime(row["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+        micros = (dt - datetime(1970, 1, 1, tzinfo=timezone.utc)) // _MICRO
+        if kind == "events":
+            desc = f"Event time ({row['kind']})"
+            message = row["title"] or row["message"] or ""
+        else:
+            desc = "Log time"
+            message = row["message"] or ""
+        if row["ts_source"] in INFERRED:
+            desc += f", {row['ts_source'].replace('_', ' ')}"
+        doc = {"message": message, "datetime": dt.isoformat(timespec="microseconds"), "timestamp": micros,
+               "timestamp_desc": desc}
+        for k, v in row.items():
+            doc.setdefault(k, v)
+        if kind == "events":
+            doc["log_message"] = row["message"]
+        out.write(_dumps(doc))
+        out.write("\n")
+        n += 1
+    return Written(n, skipped)
+
+
+_MICRO = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _show(text: str | None) -> str:
+    if text is None:
+        return ""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 0x100 else f"\\u{ord(m.group(0)):04x}",
+                        text.replace("\t", " "))
+
+
+def _first_line(text: str | None) -> str:
+    if not text:
+        return ""
+    lines = text.split("\n")
+    more = f"  [+{len(lines) - 1} lines]" if len(lines) > 1 else ""
+    return _show(lines[0].rstrip("\r")) + more
+
+
+def _table_time(ts: str | None, ts_source: str | None) -> str:
+    if ts is None:
+        return "-".ljust(24)
+    mark = "~" if ts_source in INFERRED else " "
+    return f"{ts[:10]} {ts[11:23]}{mark}"
+
+
+def _write_table(rows: Iterator[dict[str, Any]], out: TextIO, kind: Kind, df: pl.DataFrame) -> int:
+    def width(col: str, cap: int) -> int:
+        if col not in df.columns or df.height == 0:
+            return 1
+        w = df.select(pl.col(col).cast(pl.String).str.len_chars().max()).item()
+        return max(1, min(cap, int(w or 1)))
+
+    host_w = width("host", 24)
+    n = 0
+    if kind == "records":
+        who_w = min(32, max(width("ident", 24) + 8, 8))
+        out.write(f"{'TIME (UTC)':<24} {'HOST':<{host_w}} {'SOURCE':<{who_w}} MESSAGE\n")
+        for r in rows:
+            who = (r["ident"] or r["unit"] or "") + (f"[{r['pid']}]" if r["pid"] is not None else "")
+            out.write(f"{_table_time(r['ts'], r['ts_source'])} {_show(r['host']):<{host_w}} "
+                      f"{_show(who):<{who_w}} {_first_line(r['message'])}\n")
+            n += 1
+    else:
+        kind_w = width("kind", 28)
+        unit_w = width("unit", 36)
+        out.write(f"{'TIME (UTC)':<24} {'SEVERITY':<8} {'KIND':<{kind_w}} {'UNIT':<{unit_w}} WHAT (WHERE)\n")
+        for r in rows:
+            where = f"{r['source']}:{r['line']}" if r["source"] else ""
+            what = _first_line(r["title"] or r["message"])
+            out.write(f"{_table_time(r['ts'], r['ts_source'])} {_show(r['severity']):<8} {_show(r['kind']):<{kind_w}} "
+                      f"{_show(r['unit']):<{unit_w}} {what} ({_show(where)})\n")
+            n += 1
+    return n
+
+
+def write_rows(df: pl.DataFrame, fmt: str, out: TextIO, kind: Kind) -> Written:
+    """Write `df` (a records or an events frame) to `out` in `fmt`; returns how many rows were written."""
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}")
+    if kind not in ("records", "events"):
+        raise ValueError(f"unknown row kind {kind!r}; use 'records' or 'events'")
+    rows = row_dicts(df, kind)
+    if fmt == "json":
+        return Written(_write_json(rows, out))
+    if fmt == "jsonl":
+        return Written(_write_jsonl(rows, out))
+    if fmt == "csv":
+        return Written(_write_csv(rows, out, kind))
+    if fmt == "timesketch":
+        return _write_timesketch(rows, out, kind)
+    return Written(_write_table(rows, out, kind, df))
