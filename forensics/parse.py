@@ -149,7 +149,8 @@ def resolve(detection: Detection) -> list[LineFormat]:
     return [FORMATS[name] for name in detection.formats]
 
 
-def parse_text(text: str, fmt: str | None = None, path: str = "<example>", tz: str = "UTC") -> pl.DataFrame:
+def parse_text(text: str, fmt: str | None = None, path: str = "<example>", tz: str = "UTC",
+               year: int | None = None) -> pl.DataFrame:
     """Parse a string holding log lines (any supported format) into records. For examples, tests, `explain`."""
     from .normalise import normalise_batch
 
@@ -166,7 +167,7 @@ def parse_text(text: str, fmt: str | None = None, path: str = "<example>", tz: s
     recs = normalise_batch(recs)
     from .normalise import fix_source_times
 
-    return fix_source_times(recs, tz=tz, year=None, anchors=None, mtime=None).records
+    return fix_source_times(recs, tz=tz, year=year, anchors=None, mtime=None).records
 
 
 def time_source_is_inferred(ts_source: str) -> bool:

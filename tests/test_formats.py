@@ -1,0 +1,49 @@
+"""Every format has a sample in samples/formats/, detection picks it, and its parse matches a golden file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import ROOT, check_golden
+from forensics.detect import detect
+from forensics.formats import FORMATS
+from forensics.parse import parse_text
+
+SAMPLES = ROOT / "samples" / "formats"
+GOLDEN = ROOT / "tests" / "golden" / "formats"
+# sample files that show a variant of a format
+VARIANT = {"journal-short-iso-hhmm": "journal-short-iso", "journal-reverse": "journal-short-iso",
+           "sglang-ms": "sglang", "grep-execstart": "unit-file"}
+COLUMNS = ("ts", "ts_source", "ts_anchor", "boot_id", "mono", "host", "ident", "pid", "unit", "rank", "level",
+           "message", "line", "line_end", "format")
+
+
+def samples() -> list[Path]:
+    return sorted(SAMPLES.glob("*.log"))
+
+
+def test_every_format_has_a_sample() -> None:
+    covered = {VARIANT.get(p.stem, p.stem) for p in samples()}
+    assert set(FORMATS) <= covered, f"formats without a sample: {sorted(set(FORMATS) - covered)}"
+
+
+@pytest.mark.parametrize("path", samples(), ids=lambda p: p.stem)
+def test_detection_picks_the_format(path: Path) -> None:
+    lines = pl.Series(path.read_text().split("\n"))
+    det = detect(lines, str(path))
+    assert det.primary == VARIANT.get(path.stem, path.stem), det
+    assert det.confidence >= 0.5 or det.primary == "text"
+
+
+@pytest.mark.parametrize("path", samples(), ids=lambda p: p.stem)
+def test_golden_parse(path: Path, update_golden: bool) -> None:
+    df = parse_text(path.read_text(), path=f"samples/formats/{path.name}", year=2025).select(COLUMNS)
+    rows = []
+    for r in df.iter_rows(named=True):
+        r["ts"] = None if r["ts"] is None else r["ts"].strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        rows.append(json.dumps(r, sort_keys=True, ensure_ascii=False))
+    check_golden(GOLDEN / f"{path.stem}.jsonl", "\n".join(rows) + "\n", update_golden)
