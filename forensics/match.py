@@ -139,8 +139,8 @@ def cast_signal(v: Any) -> str | None:
 
 
 def cast_sm_arch(v: Any) -> str | None:
-    """`compute_120a`, `sm_120a`, `sm120`, `SM120`, `12.0`, `(12, 0)` -> `sm_120`; a major alone (`12`,
-    `12.x`) -> `sm_12x`."""
+    """`compute_120a`, `sm_120a`, `sm120`, `SM120`, `120`, `12.0`, `(12, 0)` -> `sm_120`; a major alone
+    (`12`, `12.x`, `[12]`) -> `sm_12x`."""
     s = str(v).strip().lower()
     m = re.search(r"(?:sm|compute)_?(\d{2,3})[a-z]?\b", s)
     if m:
@@ -148,12 +148,10 @@ def cast_sm_arch(v: Any) -> str | None:
     m = re.fullmatch(r"\(?\s*(\d{1,2})\s*[.,]\s*(\d)\s*\)?", s)
     if m:
         return f"sm_{m.group(1)}{m.group(2)}"
-    m = re.fullmatch(r"\[?\s*(\d{1,2})(?:\.x)?\s*\]?", s)
+    m = re.match(r"\[?\s*(\d{1,3})(?:\.x)?\b", s)
     if m:
-        return f"sm_{m.group(1)}x"
-    m = re.fullmatch(r"(\d{2,3})", s)
-    if m:
-        return f"sm_{m.group(1)}"
+        n = int(m.group(1))
+        return f"sm_{n}x" if n < 20 else f"sm_{n}"
     return None
 
 

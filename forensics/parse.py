@@ -116,12 +116,17 @@ def _assemble(df: pl.DataFrame, ctx: ParseContext, final: bool) -> tuple[pl.Data
             carry = tail.select("line", "text")
             df = df.filter(pl.col("_rid") != last)
     if df["_cont"].any():
+        # only rows of multi-line records go through the group-by; single-line records pass straight on
+        multi = pl.col("_cont") | pl.col("_cont").shift(-1).fill_null(False)
         piece = pl.when(pl.col("_cont")).then(pl.col("text")).otherwise(pl.col("message"))
         first_cols = [pl.col(c).first() for c in WORK if c not in ("line", "message", "text")]
-        df = (df.with_columns(piece.alias("message"))
-              .group_by("_rid", maintain_order=True)
-              .agg(pl.col("line").first(), pl.col("line").last().alias("line_end"),
-                   pl.col("message").str.join("\n"), *first_cols))
+        df = df.with_columns(multi.alias("_multi"))
+        joined = (df.filter(pl.col("_multi")).with_columns(piece.alias("message"))
+                  .group_by("_rid", maintain_order=True)
+                  .agg(pl.col("line").first(), pl.col("line").last().alias("line_end"),
+                       pl.col("message").str.join("\n"), *first_cols))
+        single = df.filter(~pl.col("_multi")).with_columns(pl.col("line").alias("line_end"))
+        df = pl.concat([single.select(joined.columns), joined]).sort("line")
     else:
         df = df.with_columns(pl.col("line").alias("line_end"))
     out = df.with_columns(

@@ -7,7 +7,8 @@ One `Redactor` is built over everything a report will show (`learn`), then rewri
 
 What is collected:
 - host names from the structured data (every `host`/`hosts`/`hostname` field and key), plus
-  `rhost=`/`hostname=` in messages;
+  `rhost=`/`hostname=` and URL hosts in messages, and words ending in a common top-level domain
+  (`node7.corp.example.com`; with its first label when that looks like a machine name, `node-7`);
 - user names from messages (`for user X`, `invalid user X`, `Accepted ... for X from`, `user=X`,
   `X@host`, `sudo: X :`, `/home/X`, `/Users/X`) and `user` fields; well-known system accounts
   (`root`, `nobody`, `daemon`, `systemd-*`, ...) are kept, they identify no one;
@@ -74,6 +75,13 @@ _HOST_PATTERNS = [re.compile(p) for p in (
     r"\b(?:rhost|hostname|HOSTNAME|host_name)=(?P<v>[A-Za-z0-9][A-Za-z0-9.-]*[A-Za-z0-9])",
     r"(?i)\b[a-z][a-z0-9+.-]*://(?:[^/\s@]*@)?(?P<v>[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)*)",
 )]
+# Top-level domains that mark a word as a host name. Country codes that are also common file
+# extensions (.py, .sh, .md, .so, .pl, .rs, .cc, .in, .ai, .js, .ts) are left out on purpose.
+_TLDS = ("com|net|org|edu|gov|mil|int|io|dev|app|cloud|tech|info|biz|xyz|site|online|"
+         "internal|local|localdomain|lan|corp|home|intra|intranet|priv|private|example|test|invalid|arpa|"
+         "de|uk|fr|nl|ch|se|no|fi|dk|jp|cn|kr|us|ca|au|eu|ru|it|es|be|at|cz|ie|il|br|tw|sg|hk|nz|za")
+_FQDN = re.compile(rf"(?<![\w.@/-])(?P<v>[A-Za-z][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*\.(?:{_TLDS}))"
+                   r"(?![\w-]|\.[A-Za-z0-9])", re.I)
 _EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
 _IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)")
 _IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?"
@@ -82,7 +90,10 @@ _MAC = re.compile(r"(?<![\w:-])[0-9A-Fa-f]{2}(?:([:-])[0-9A-Fa-f]{2})(?:\1[0-9A-
 _SECRET_KEY = (r"(?:access[_-]?token|refresh[_-]?token|id[_-]?token|auth[_-]?token|token|api[_-]?key|apikey|"
                r"secret|client[_-]?secret|password|passwd|pwd|private[_-]?key|sig|signature|key|auth)")
 _TOKEN_PATTERNS = [re.compile(p) for p in (
-    rf"(?i)(?<![A-Za-z0-9])[A-Za-z0-9_]*{_SECRET_KEY}\s*[=:]\s*[\"']?(?P<v>[^\s&\"'<>;,)}}\]]{{4,}})",
+    rf"(?i)(?<![A-Za-z0-9])[A-Za-z0-9_]*{_SECRET_KEY}=[\"']?(?P<v>[^\s&\"'<>;,)}}\]]{{4,}})",
+    rf"(?i)[\"']{_SECRET_KEY}[\"']\s*:\s*[\"'](?P<v>[^\"'\s]{{4,}})",
+    rf"(?i)(?<![A-Za-z0-9#])(?:api[_-]?key|apikey|access[_-]?token|client[_-]?secret|secret|password|passwd|"
+    rf"private[_-]?key)\s*:\s*[\"']?(?P<v>[^\s\"',;]{{4,}})",
     rf"(?i)--(?:[a-z0-9]+-)*(?:token|api-key|apikey|secret|password|passwd|key)[ =][\"']?(?P<v>[^\s\"']{{4,}})",
     r"(?i)\b(?:Bearer|Basic|token)\s+(?P<v>[A-Za-z0-9._~+/=-]{8,})",
     r"://[^/\s:@]+:(?P<v>[^/\s@]+)@",
@@ -243,6 +254,9 @@ class Redactor:
 
             for pat in _TOKEN_PATTERNS:
                 for m in pat.finditer(text):
+                    value = m.group("v")
+                    if not re.search(r"[A-Za-z]", value) and len(value) < 16:
+                        continue   # `#token: 24700`, `key=1`: a count, not a secret
                     if free(*m.span("v")):
                         claimed.append(m.span("v"))
                         add("token", m.group("v"))
@@ -284,7 +298,15 @@ class Redactor:
             for pat in _HOST_PATTERNS:
                 for m in pat.finditer(text):
                     if free(*m.span("v")):
+                        claimed.append(m.span("v"))
                         add("host", m.group("v"))
+            for m in _FQDN.finditer(text):
+                if free(*m.span("v")):
+                    claimed.append(m.span("v"))
+                    add("host", m.group("v"))
+                    label = m.group("v").split(".", 1)[0]
+                    if len(label) >= 3 and re.search(r"[\d-]", label):
+                        add("host", label)   # `gpu-node-7` of `gpu-node-7.corp.example.com`
         return found
 
     def learn(self, data: Any) -> None:

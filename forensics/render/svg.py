@@ -9,6 +9,7 @@ import math
 from datetime import datetime, timedelta, timezone
 from html import escape
 
+from forensics.render.mdsafe import visible
 from forensics.render.timefmt import Clock, parse_ts, zone_abbrev
 from forensics.render.view import IncidentView, TimelineRow
 
@@ -24,7 +25,7 @@ STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 2
 
 
 def _e(text: object) -> str:
-    return escape(str(text), quote=True)
+    return escape(visible(str(text)), quote=True)
 
 
 def _short(text: str, n: int = 30) -> str:

@@ -1,0 +1,1483 @@
+"""Correlations: YAML (`rules/correlations/*.yaml`) -> validated `Correlation`s, and the engine that matches
+them on an events frame (EVENT_SCHEMA) into `Conclusion`s (cause -> the symptoms it explains).
+
+The correlation is data, the engine is code. A correlation names `steps` (event kinds, optionally filtered
+by field values), one of which is the `anchor`: every other step is searched within `window` of an anchor
+event, in the listed order when `ordered`, joined on entities (host, unit, pid, cgroup, pci, rank, gpu).
+A match gives a conclusion: the `cause` step's event, the events of the `explains` steps, a confidence and a
+statement filled from the matched events (`{oom.pid}`, `{killed.unit}`, `{since}`, `{coverage.missing}`).
+
+Resolution, in order:
+  * `group`: correlations of one group compete for an anchor event; the highest `priority` keeps it. A
+    loser of the same conclusion kind adds its evidence to the winner, another kind is listed among the
+    winner's alternatives.
+  * `fold: true`: the conclusion describes a cause that others may already blame; it is merged into the
+    conclusion with the same cause event (or the one that explains its anchor), adding its `fold_statement`,
+    evidence and explained events; with no such conclusion it stands alone with its `statement`.
+
+File (see rules/correlations/README.md for every key):
+
+    pack: sigkill
+    correlations:
+      - id: sigkill.kernel_oom
+        title: SIGKILL explained by a kernel OOM kill
+        kind: oom_kill                # the root-cause kind (default: the cause event's kind)
+        confidence: confirmed         # confirmed | likely | possible | inconclusive
+        priority: 100
+        group: sigkill
+        anchor: killed
+        cause: oom
+        ordered: true
+        window: 2min
+        join: {same: [host], any: [unit, pid]}
+        steps:
+          - {name: oom, kind: oom_kill}
+          - {name: killed, kind: service_killed, where: {signal: KILL}}
+        explains: [killed]
+        statement: 'The kernel OOM killer killed pid {oom.pid} ...'
+        fixtures: {must_fire: [sigkill_kernel_oom.yaml], must_not_fire: [sigkill_other_unit.yaml]}
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import string
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import yaml
+
+from .model import Confidence, Conclusion, Evidence
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILTIN_DIR = ROOT / "rules" / "correlations"
+FIXTURE_DIR = ROOT / "tests" / "fixtures" / "timelines"
+
+NULL = "\x00null"                   # a `where` value that matches an absent field
+ENTITIES = ("host", "unit", "pid", "cgroup", "pci", "rank", "gpu")
+COVERAGE_LOGS = ("kernel", "unit_output")
+COVERAGE_STATES = ("present", "missing")
+ROLE_NAMES = ("cause", "symptom", "context")
+CONFIDENCE_ORDER = (Confidence.CONFIRMED, Confidence.LIKELY, Confidence.POSSIBLE, Confidence.INCONCLUSIVE)
+# names every template may use besides the step names
+STANDARD_NAMES = ("host", "unit", "since", "until", "coverage", "anchor", "cause", "window_start", "window_end")
+
+PACK_KEYS = ("pack", "description", "correlations")
+CORR_KEYS = ("id", "title", "description", "kind", "confidence", "priority", "group", "fold", "anchor", "cause",
+             "ordered", "window", "join", "steps", "explains", "roles", "coverage", "against", "downgrade",
+             "headline", "statement", "fold_statement", "alternatives", "next_steps", "references", "fixtures")
+CORR_REQUIRED = ("id", "title", "confidence", "anchor", "cause", "window", "steps", "statement", "fixtures")
+STEP_KEYS = ("name", "kind", "where", "where_not", "min", "collect", "within", "join", "distinct", "min_distinct",
+             "unique", "untimed")
+AGAINST_KEYS = ("name", "kind", "where", "where_not", "within", "join", "note")
+JOIN_KEYS = ("same", "any")
+FIXTURE_KEYS = ("must_fire", "must_not_fire")
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|d)?\s*$")
+_UNIT_SUFFIX = re.compile(r"([^/\s]+\.(?:service|scope|slice|socket|timer|mount))$")
+_ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+# kinds whose `pid` column is the logger's (systemd's, journald's), never the process the line is about
+_LOGGER_PID_KINDS = frozenset({
+    "service_killed", "service_exited", "service_core_dumped", "service_failed", "service_start_failed",
+    "unit_oom_killed", "cgroup_kill_failed", "stop_timeout", "restart_scheduled", "start_limit_hit",
+    "service_started", "service_stopped", "oomd_kill", "journal_suppressed", "boot", "start_timeout",
+    "unit_watchdog", "server_config"})
+KERNEL_KINDS = frozenset({"oom_invoked", "oom_kill", "oom_reaped", "gpu_xid", "gpu_fallen_off_bus", "segfault",
+                          "hung_task", "kernel_panic", "cpu_lockup", "boot"})
+SYSTEMD_KINDS = _LOGGER_PID_KINDS - {"server_config", "boot"} | {"systemd_kill", "core_dump"}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# errors
+
+
+class CorrelationError(Exception):
+    """Problems in correlation files: `errors` is a list of (path, line, message), all of them at once."""
+
+    def __init__(self, errors: Sequence[tuple[str, int, str]]):
+        self.errors = list(errors)
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return "\n".join(f"{p}:{n}: {m}" for p, n, m in self.errors)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the model
+
+
+@dataclass(frozen=True)
+class Location:
+    path: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Where:
+    """`field` (an event field or column) equals one of `values` (compared as text; `null` matches an absent
+    field); `negate` for where_not."""
+
+    field: str
+    values: tuple[str, ...]
+    negate: bool = False
+
+
+@dataclass(frozen=True)
+class Join:
+    """`same`: each entity known on both events and equal. `any`: at least one entity known on both and equal."""
+
+    same: tuple[str, ...] = ()
+    any: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    kinds: tuple[str, ...]             # in order of preference
+    where: tuple[Where, ...] = ()
+    min: int = 1                       # 0: optional; >= 2: all matching events in the window are taken
+    collect: bool = False              # take all matching events in the window (not only the nearest)
+    within: float | None = None        # seconds from the anchor (default: the correlation's window)
+    join: Join | None = None           # default: the correlation's join
+    distinct: str | None = None        # a field whose distinct values are counted (with the anchor's)
+    min_distinct: int = 0
+    unique: bool = False               # one event serves one firing of this correlation at most
+    untimed: bool = False              # events without a time may match (joined on entities only)
+    location: Location = Location("", 0)
+
+    @property
+    def collects(self) -> bool:
+        return self.collect or self.min >= 2 or self.distinct is not None
+
+
+@dataclass(frozen=True)
+class Against:
+    """Events that weigh against the conclusion: cited as evidence against, and the confidence drops to
+    the correlation's `downgrade` when any is found."""
+
+    name: str
+    kinds: tuple[str, ...]
+    where: tuple[Where, ...] = ()
+    within: float | None = None
+    join: Join | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Fixtures:
+    must_fire: tuple[str, ...] = ()
+    must_not_fire: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Correlation:
+    id: str
+    title: str
+    confidence: Confidence
+    anchor: str
+    cause: str
+    window: float
+    steps: tuple[Step, ...]
+    statement: str
+    pack: str
+    location: Location
+    description: str = ""
+    kind: str | None = None
+    priority: int = 0
+    group: str | None = None
+    fold: bool = False
+    ordered: bool = False
+    join: Join = Join()
+    explains: tuple[str, ...] = ()
+    roles: tuple[tuple[str, str], ...] = ()
+    coverage: tuple[tuple[str, str], ...] = ()
+    against: tuple[Against, ...] = ()
+    downgrade: Confidence | None = None
+    headline: str = ""
+    fold_statement: str = ""
+    alternatives: tuple[str, ...] = ()
+    next_steps: tuple[str, ...] = ()
+    references: tuple[str, ...] = ()
+    fixtures: Fixtures = Fixtures()
+
+    def step(self, name: str) -> Step:
+        for s in self.steps:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def fixture_paths(self, which: str) -> tuple[Path, ...]:
+        base = FIXTURE_DIR
+        return tuple(base / f for f in getattr(self.fixtures, which))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# durations and templates
+
+
+def parse_duration(value: Any) -> float | None:
+    """`90s`, `2min`, `5m`, `1h`, `500ms`, `1d` or a number of seconds -> seconds; None if not a duration."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if value >= 0 else None
+    m = _DURATION.match(str(value))
+    if not m:
+        return None
+    n = float(m.group(1))
+    mult = {None: 1, "ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}[m.group(2)]
+    return n * mult
+
+
+def template_names(template: str) -> list[str]:
+    """The dotted names a template uses (`{oom.pid}` -> `oom.pid`); raises ValueError when malformed."""
+    names = []
+    for _, name, _spec, _conv in string.Formatter().parse(template):
+        if name is None:
+            continue
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", name):
+            raise ValueError(f"placeholder {{{name}}} must be a name or step.field")
+        names.append(name)
+    return names
+
+
+def fill(template: str, values: Mapping[str, Any]) -> str:
+    """Fill `{name}` and `{step.field}` placeholders; a missing or null value leaves the placeholder visible.
+    Never raises: a malformed template comes back as it is."""
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError:
+        return template
+    out: list[str] = []
+    for literal, name, spec, conv in parts:
+        out.append(literal)
+        if name is None:
+            continue
+        value = _lookup(values, name)
+        if value is None:
+            out.append("{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}")
+            continue
+        try:
+            out.append(format(value, spec or ""))
+        except (ValueError, TypeError):
+            out.append(str(value))
+    return "".join(out)
+
+
+def _lookup(values: Mapping[str, Any], dotted: str) -> Any:
+    cur: Any = values
+    for part in dotted.split("."):
+        if isinstance(cur, Mapping):
+            cur = cur.get(part)
+        else:
+            return None
+        if cur is None:
+            return None
+    if isinstance(cur, bool):
+        return "true" if cur else "false"
+    if isinstance(cur, (dict, list, tuple)):
+        return None
+    return cur
+
+
+# ----------------------------------------------------------------------------------------------------------
+# loading: YAML nodes -> model, collecting every error of a file
+
+
+class _Reader:
+    def __init__(self, path: str, text: str, kinds: Iterable[str]):
+        self.path = path
+        self.errors: list[tuple[str, int, str]] = []
+        self.kinds = set(kinds)
+        self.loader = yaml.SafeLoader(text)
+
+    def add(self, node: yaml.Node | int, msg: str) -> None:
+        line = node if isinstance(node, int) else node.start_mark.line + 1
+        self.errors.append((self.path, line, msg))
+
+    def loc(self, node: yaml.Node) -> Location:
+        return Location(self.path, node.start_mark.line + 1)
+
+    def value(self, node: yaml.Node) -> Any:
+        return self.loader.construct_object(node, deep=True)
+
+    def mapping(self, node: yaml.Node, what: str, allowed: Sequence[str] | None = None) -> dict[str, yaml.Node] | None:
+        if not isinstance(node, yaml.MappingNode):
+            self.add(node, f"{what} must be a mapping")
+            return None
+        out: dict[str, yaml.Node] = {}
+        for k, v in node.value:
+            if not isinstance(k, yaml.ScalarNode):
+                self.add(k, f"{what}: keys must be plain names")
+                continue
+            key = str(self.value(k))
+            if key in out:
+                self.add(k, f"duplicate key '{key}' in {what}")
+                continue
+            if allowed is not None and key not in allowed:
+                hint = difflib.get_close_matches(key, allowed, n=1)
+                fix = f" (did you mean '{hint[0]}'?)" if hint else f" (allowed: {', '.join(allowed)})"
+                self.add(k, f"unknown key '{key}' in {what}{fix}")
+                continue
+            out[key] = v
+        return out
+
+    def string(self, node: yaml.Node, what: str) -> str | None:
+        v = self.value(node) if isinstance(node, yaml.ScalarNode) else None
+        if v is None or isinstance(v, (dict, list)) or not str(v).strip():
+            self.add(node, f"{what} must be a non-empty string")
+            return None
+        return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+    def strings(self, node: yaml.Node, what: str) -> tuple[str, ...]:
+        if isinstance(node, yaml.ScalarNode):
+            s = self.string(node, what)
+            return (s,) if s is not None else ()
+        if not isinstance(node, yaml.SequenceNode):
+            self.add(node, f"{what} must be a string or a list of strings")
+            return ()
+        return tuple(s for item in node.value if (s := self.string(item, f"an item of {what}")) is not None)
+
+    def boolean(self, node: yaml.Node, what: str) -> bool:
+        v = self.value(node) if isinstance(node, yaml.ScalarNode) else None
+        if not isinstance(v, bool):
+            self.add(node, f"{what} must be true or false")
+            return False
+        return v
+
+    def integer(self, node: yaml.Node, what: str) -> int | None:
+        v = self.value(node) if isinstance(node, yaml.ScalarNode) else None
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            self.add(node, f"{what} must be a non-negative integer")
+            return None
+        return v
+
+    def duration(self, node: yaml.Node, what: str) -> float | None:
+        v = self.value(node) if isinstance(node, yaml.ScalarNode) else None
+        d = parse_duration(v) if v is not None else None
+        if d is None:
+            self.add(node, f"{what} must be a duration like 90s, 5min, 2h (got {v!r})")
+        return d
+
+    def confidence(self, node: yaml.Node, what: str) -> Confidence | None:
+        s = self.string(node, what)
+        if s is None:
+            return None
+        try:
+            return Confidence(s)
+        except ValueError:
+            choices = [c.value for c in Confidence]
+            hint = difflib.get_close_matches(s, choices, n=1)
+            self.add(node, f"{what} '{s}' is not one of {', '.join(choices)}"
+                     + (f" (did you mean '{hint[0]}'?)" if hint else ""))
+            return None
+
+    def kind_list(self, node: yaml.Node, what: str) -> tuple[str, ...]:
+        kinds = self.strings(node, what)
+        for k in kinds:
+            if k not in self.kinds:
+                hint = difflib.get_close_matches(k, sorted(self.kinds), n=1)
+                self.add(node, f"{what}: unknown event kind '{k}'" + (f" (did you mean '{hint[0]}'?)" if hint else ""))
+        if not kinds:
+            self.add(node, f"{what} needs at least one event kind")
+        return kinds
+
+    def where(self, node: yaml.Node, what: str, negate: bool) -> tuple[Where, ...]:
+        m = self.mapping(node, what)
+        out = []
+        for fname, vnode in (m or {}).items():
+            if isinstance(vnode, yaml.SequenceNode):
+                vals = [self.value(v) for v in vnode.value]
+            elif isinstance(vnode, yaml.ScalarNode):
+                vals = [self.value(vnode)]
+            else:
+                self.add(vnode, f"{what}.{fname} must be a value or a list of values")
+                continue
+            if not vals or any(isinstance(v, (dict, list)) for v in vals):
+                self.add(vnode, f"{what}.{fname} must be a value or a non-empty list of values")
+                continue
+            out.append(Where(fname, tuple(NULL if v is None else _as_text(v) for v in vals), negate))
+        return tuple(out)
+
+    def join(self, node: yaml.Node, what: str) -> Join:
+        m = self.mapping(node, what, JOIN_KEYS)
+        if m is None:
+            return Join()
+        parts: dict[str, tuple[str, ...]] = {}
+        for key in JOIN_KEYS:
+            if key in m:
+                ents = self.strings(m[key], f"{what}.{key}")
+                for e in ents:
+                    if e not in ENTITIES:
+                        hint = difflib.get_close_matches(e, ENTITIES, n=1)
+                        self.add(m[key], f"{what}.{key}: unknown entity '{e}' (entities: {', '.join(ENTITIES)})"
+                                 + (f"; did you mean '{hint[0]}'?" if hint else ""))
+                parts[key] = tuple(e for e in ents if e in ENTITIES)
+        return Join(same=parts.get("same", ()), any=parts.get("any", ()))
+
+    def step(self, node: yaml.Node, owner: str) -> Step | None:
+        m = self.mapping(node, f"a step of {owner}", STEP_KEYS)
+        if m is None:
+            return None
+        ok = True
+        for req in ("name", "kind"):
+            if req not in m:
+                self.add(node, f"a step of {owner} needs `{req}`")
+                ok = False
+        name = self.string(m["name"], "step name") if "name" in m else None
+        if name is not None and not _NAME.match(name):
+            self.add(m["name"], f"step name '{name}' must be lower_snake_case")
+            ok = False
+        what = f"step '{name}' of {owner}"
+        kinds = self.kind_list(m["kind"], f"{what}: kind") if "kind" in m else ()
+        where = self.where(m["where"], f"{what}: where", False) if "where" in m else ()
+        where += self.where(m["where_not"], f"{what}: where_not", True) if "where_not" in m else ()
+        mn = self.integer(m["min"], f"{what}: min") if "min" in m else 1
+        collect = self.boolean(m["collect"], f"{what}: collect") if "collect" in m else False
+        within = self.duration(m["within"], f"{what}: within") if "within" in m else None
+        join = self.join(m["join"], f"{what}: join") if "join" in m else None
+        distinct = self.string(m["distinct"], f"{what}: distinct") if "distinct" in m else None
+        min_distinct = self.integer(m["min_distinct"], f"{what}: min_distinct") if "min_distinct" in m else 0
+        if min_distinct and distinct is None:
+            self.add(m["min_distinct"], f"{what}: min_distinct needs `distinct: <field>`")
+        unique = self.boolean(m["unique"], f"{what}: unique") if "unique" in m else False
+        untimed = self.boolean(m["untimed"], f"{what}: untimed") if "untimed" in m else False
+        if not ok or name is None or mn is None or min_distinct is None:
+            return None
+        return Step(name=name, kinds=kinds, where=where, min=mn, collect=collect, within=within, join=join, distinct=distinct,
+                    min_distinct=min_distinct, unique=unique, untimed=untimed, location=self.loc(node))
+
+    def against(self, node: yaml.Node, owner: str) -> Against | None:
+        m = self.mapping(node, f"an `against` entry of {owner}", AGAINST_KEYS)
+        if m is None:
+            return None
+        if "name" not in m or "kind" not in m:
+            self.add(node, f"an `against` entry of {owner} needs `name` and `kind`")
+            return None
+        name = self.string(m["name"], "against name")
+        if name is None:
+            return None
+        what = f"against '{name}' of {owner}"
+        kinds = self.kind_list(m["kind"], f"{what}: kind")
+        where = self.where(m["where"], f"{what}: where", False) if "where" in m else ()
+        where += self.where(m["where_not"], f"{what}: where_not", True) if "where_not" in m else ()
+        within = self.duration(m["within"], f"{what}: within") if "within" in m else None
+        join = self.join(m["join"], f"{what}: join") if "join" in m else None
+        note = self.string(m["note"], f"{what}: note") if "note" in m else ""
+        return Against(name=name, kinds=kinds, where=where, within=within, join=join, note=" ".join((note or "").split()))
+
+    def template(self, node: yaml.Node, what: str, names: set[str]) -> str | None:
+        s = self.string(node, what)
+        if s is None:
+            return None
+        try:
+            used = template_names(s)
+        except ValueError as e:
+            self.add(node, f"{what}: {e}")
+            return None
+        for n in used:
+            head = n.split(".", 1)[0]
+            if head not in names and head not in STANDARD_NAMES:
+                hint = difflib.get_close_matches(head, sorted(names | set(STANDARD_NAMES)), n=1)
+                self.add(node, f"{what}: unknown placeholder {{{n}}} (steps: {', '.join(sorted(names))})"
+                         + (f"; did you mean '{hint[0]}'?" if hint else ""))
+        return " ".join(s.split())
+
+    def templates(self, node: yaml.Node, what: str, names: set[str]) -> tuple[str, ...]:
+        items = node.value if isinstance(node, yaml.SequenceNode) else [node]
+        out = []
+        for item in items:
+            t = self.template(item, what, names)
+            if t is not None:
+                out.append(t)
+        return tuple(out)
+
+    def fixtures(self, node: yaml.Node, owner: str, fixture_dir: Path) -> Fixtures:
+        m = self.mapping(node, f"fixtures of {owner}", FIXTURE_KEYS)
+        if m is None:
+            return Fixtures()
+        out: dict[str, tuple[str, ...]] = {}
+        for key in FIXTURE_KEYS:
+            if key not in m:
+                self.add(node, f"fixtures of {owner} need `{key}` (at least one timeline that "
+                               f"{'fires' if key == 'must_fire' else 'must not fire'})")
+                continue
+            files = self.strings(m[key], f"fixtures.{key} of {owner}")
+            if not files:
+                self.add(m[key], f"fixtures.{key} of {owner} needs at least one timeline")
+            for f in files:
+                if not (fixture_dir / f).is_file():
+                    self.add(m[key], f"fixtures.{key} of {owner}: no timeline {fixture_dir / f}")
+            out[key] = files
+        return Fixtures(must_fire=out.get("must_fire", ()), must_not_fire=out.get("must_not_fire", ()))
+
+    def correlation(self, node: yaml.Node, pack: str, fixture_dir: Path) -> Correlation | None:
+        m = self.mapping(node, "a correlation", CORR_KEYS)
+        if m is None:
+            return None
+        cid = self.string(m["id"], "id") if "id" in m else None
+        owner = f"correlation '{cid}'" if cid else "a correlation"
+        for req in CORR_REQUIRED:
+            if req not in m:
+                self.add(node, f"{owner} needs `{req}`")
+        if cid is not None and not _ID.match(cid):
+            self.add(m["id"], f"id '{cid}' must be lower case letters, digits, '.', '_' or '-'")
+        title = self.string(m["title"], f"title of {owner}") if "title" in m else None
+        desc = " ".join((self.string(m["description"], "description") or "").split()) if "description" in m else ""
+        kind = self.string(m["kind"], f"kind of {owner}") if "kind" in m else None
+        conf = self.confidence(m["confidence"], f"confidence of {owner}") if "confidence" in m else None
+        prio = self.integer(m["priority"], f"priority of {owner}") if "priority" in m else 0
+        group = self.string(m["group"], f"group of {owner}") if "group" in m else None
+        fold = self.boolean(m["fold"], f"fold of {owner}") if "fold" in m else False
+        ordered = self.boolean(m["ordered"], f"ordered of {owner}") if "ordered" in m else False
+        window = self.duration(m["window"], f"window of {owner}") if "window" in m else None
+        join = self.join(m["join"], f"join of {owner}") if "join" in m else Join()
+        steps: list[Step] = []
+        if "steps" in m:
+            if not isinstance(m["steps"], yaml.SequenceNode) or not m["steps"].value:
+                self.add(m["steps"], f"steps of {owner} must be a non-empty list")
+            else:
+                for sn in m["steps"].value:
+                    s = self.step(sn, owner)
+                    if s is None:
+                        continue
+                    if any(o.name == s.name for o in steps):
+                        self.add(sn, f"duplicate step name '{s.name}' in {owner}")
+                        continue
+                    steps.append(s)
+        names = {s.name for s in steps}
+        anchor = self.step_ref(m, "anchor", owner, names)
+        cause = self.step_ref(m, "cause", owner, names)
+        by_name = {s.name: s for s in steps}
+        if anchor and anchor in by_name:
+            a = by_name[anchor]
+            if a.min != 1 or a.collects or a.untimed:
+                self.add(m["anchor"], f"anchor step '{anchor}' of {owner} must be a single, timed event (min: 1)")
+        if cause and cause in by_name and by_name[cause].min < 1:
+            self.add(m["cause"], f"cause step '{cause}' of {owner} must not be optional (min >= 1)")
+        explains = self.strings(m["explains"], f"explains of {owner}") if "explains" in m else ()
+        for e in explains:
+            if e not in names:
+                self.add(m["explains"], f"explains of {owner}: no step '{e}'")
+            elif e == cause:
+                self.add(m["explains"], f"explains of {owner}: '{e}' is the cause; a cause does not explain itself")
+        roles: list[tuple[str, str]] = []
+        if "roles" in m:
+            for sname, rnode in (self.mapping(m["roles"], f"roles of {owner}") or {}).items():
+                r = self.string(rnode, f"roles.{sname} of {owner}")
+                if sname not in names:
+                    self.add(rnode, f"roles of {owner}: no step '{sname}'")
+                elif r not in ROLE_NAMES:
+                    self.add(rnode, f"roles.{sname} of {owner} must be one of {', '.join(ROLE_NAMES)}")
+                else:
+                    roles.append((sname, r))
+        coverage: list[tuple[str, str]] = []
+        if "coverage" in m:
+            for log, cnode in (self.mapping(m["coverage"], f"coverage of {owner}", COVERAGE_LOGS) or {}).items():
+                state = self.string(cnode, f"coverage.{log} of {owner}")
+                if state not in COVERAGE_STATES:
+                    self.add(cnode, f"coverage.{log} of {owner} must be one of {', '.join(COVERAGE_STATES)}")
+                else:
+                    coverage.append((log, state))
+        against: list[Against] = []
+        if "against" in m:
+            if not isinstance(m["against"], yaml.SequenceNode):
+                self.add(m["against"], f"against of {owner} must be a list")
+            else:
+                for an in m["against"].value:
+                    a2 = self.against(an, owner)
+                    if a2 is not None:
+                        against.append(a2)
+        downgrade = self.confidence(m["downgrade"], f"downgrade of {owner}") if "downgrade" in m else None
+        if downgrade is not None and not against:
+            self.add(m["downgrade"], f"downgrade of {owner} needs `against` entries")
+        tnames = names | {a2.name for a2 in against}
+        headline = self.template(m["headline"], f"headline of {owner}", tnames) if "headline" in m else ""
+        statement = self.template(m["statement"], f"statement of {owner}", tnames) if "statement" in m else None
+        fold_stmt = (self.template(m["fold_statement"], f"fold_statement of {owner}", tnames)
+                     if "fold_statement" in m else "")
+        if fold_stmt and not fold:
+            self.add(m["fold_statement"], f"fold_statement of {owner} is only used with `fold: true`")
+        alts = self.templates(m["alternatives"], f"alternatives of {owner}", tnames) if "alternatives" in m else ()
+        steps_t = self.templates(m["next_steps"], f"next_steps of {owner}", tnames) if "next_steps" in m else ()
+        refs = self.strings(m["references"], f"references of {owner}") if "references" in m else ()
+        fixtures = self.fixtures(m["fixtures"], owner, fixture_dir) if "fixtures" in m else Fixtures()
+        if None in (cid, title, conf, anchor, cause, window, statement, prio) or not steps:
+            return None
+        assert cid and title and conf and anchor and cause and window is not None and statement is not None
+        return Correlation(
+            id=cid, title=" ".join(title.split()), confidence=conf, anchor=anchor, cause=cause, window=window,
+            steps=tuple(steps), statement=statement, pack=pack, location=self.loc(node), description=desc,
+            kind=kind, priority=prio or 0, group=group, fold=fold, ordered=ordered, join=join,
+            explains=tuple(e for e in explains if e in names and e != cause), roles=tuple(roles),
+            coverage=tuple(coverage), against=tuple(against), downgrade=downgrade, headline=headline or "",
+            fold_statement=fold_stmt or "", alternatives=alts, next_steps=steps_t, references=refs,
+            fixtures=fixtures)
+
+    def step_ref(self, m: dict[str, yaml.Node], key: str, owner: str, names: set[str]) -> str | None:
+        if key not in m:
+            return None
+        s = self.string(m[key], f"{key} of {owner}")
+        if s is not None and names and s not in names:
+            self.add(m[key], f"{key} of {owner}: no step '{s}' (steps: {', '.join(sorted(names))})")
+            return None
+        return s
+
+    def pack(self, fixture_dir: Path) -> list[Correlation]:
+        try:
+            root = self.loader.get_single_node()
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+            self.add((mark.line + 1) if mark else 1, f"not valid YAML: {getattr(e, 'problem', e)}")
+            return []
+        if root is None:
+            self.add(1, "empty correlation file")
+            return []
+        top = self.mapping(root, "a correlation file", PACK_KEYS)
+        if top is None:
+            return []
+        name = self.string(top["pack"], "pack") if "pack" in top else Path(self.path).stem
+        if "correlations" not in top or not isinstance(top["correlations"], yaml.SequenceNode):
+            self.add(top.get("correlations", root), "a correlation file needs `correlations:` (a list)")
+            return []
+        out: list[Correlation] = []
+        seen: dict[str, int] = {}
+        for cn in top["correlations"].value:
+            c = self.correlation(cn, name or "", fixture_dir)
+            if c is None:
+                continue
+            if c.id in seen:
+                self.add(cn, f"duplicate correlation id '{c.id}' (first at line {seen[c.id]})")
+                continue
+            seen[c.id] = c.location.line
+            out.append(c)
+        return out
+
+
+def _as_text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def known_kinds() -> set[str]:
+    try:
+        from .rulepacks import KINDS
+    except ImportError:  # pragma: no cover - rulepacks ships with the package
+        return set()
+    return set(KINDS)
+
+
+def load_file(path: Path | str, kinds: Iterable[str] | None = None,
+              fixture_dir: Path = FIXTURE_DIR) -> tuple[list[Correlation], list[tuple[str, int, str]]]:
+    """One file's correlations and its errors (does not raise)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        return [], [(str(p), 1, f"cannot read: {e}")]
+    r = _Reader(str(p), text, known_kinds() if kinds is None else kinds)
+    out = r.pack(fixture_dir)
+    return out, r.errors
+
+
+def load_correlations(extra_dirs: Sequence[Path | str] = (), *, builtin: bool = True,
+                      kinds: Iterable[str] | None = None, fixture_dir: Path = FIXTURE_DIR) -> tuple[Correlation, ...]:
+    """The built-in correlations, then those of `extra_dirs` (a later one replaces an earlier of the same id).
+    Raises CorrelationError listing every problem of every file."""
+    dirs = ([BUILTIN_DIR] if builtin else []) + [Path(d) for d in extra_dirs]
+    by_id: dict[str, Correlation] = {}
+    errors: list[tuple[str, int, str]] = []
+    known = known_kinds() if kinds is None else set(kinds)
+    for d in dirs:
+        if not d.is_dir():
+            errors.append((str(d), 0, "correlation directory does not exist"))
+            continue
+        layer: dict[str, Correlation] = {}
+        for f in sorted(d.glob("*.yaml")):
+            cs, errs = load_file(f, known, fixture_dir)
+            errors.extend(errs)
+            for c in cs:
+                if c.id in layer:
+                    errors.append((str(f), c.location.line,
+                                   f"duplicate correlation id '{c.id}' (also at {layer[c.id].location})"))
+                    continue
+                layer[c.id] = c
+        for cid, c in layer.items():
+            by_id.pop(cid, None)
+            by_id[cid] = c
+    if errors:
+        raise CorrelationError(errors)
+    return tuple(by_id.values())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# events as the engine sees them
+
+
+@dataclass(frozen=True)
+class EventView:
+    """One event row, with its fields parsed and its entities resolved (internal to correlation)."""
+
+    seq: int                      # position in the deterministic order of the frame
+    id: str                       # `<source_id>:<line>:<rule>`
+    ts: datetime | None
+    t: float | None               # epoch seconds
+    ts_source: str
+    kind: str
+    rule: str
+    severity: str
+    role: str
+    host: str | None
+    unit: str | None
+    pid: int | None
+    title: str
+    fields: Mapping[str, Any]
+    message: str
+    source_id: str
+    path: str
+    line: int
+    line_end: int
+    format: str
+    entities: Mapping[str, str]
+
+    def value(self, name: str) -> Any:
+        if name in self.fields:
+            return self.fields[name]
+        if name in self.entities:
+            return self.entities[name]
+        return getattr(self, name, None) if name in _COLUMNS else None
+
+
+_COLUMNS = ("kind", "rule", "severity", "role", "host", "unit", "pid", "title", "message", "path", "line",
+            "format", "ts_source", "source_id")
+
+
+def unit_of_cgroup(cgroup: str | None) -> str | None:
+    """`/system.slice/sglang.service` -> `sglang.service` (the innermost unit named in a cgroup path)."""
+    if not cgroup:
+        return None
+    for part in reversed(str(cgroup).strip("/").split("/")):
+        m = _UNIT_SUFFIX.search(part)
+        if m and not part.endswith(".slice"):
+            return m.group(1)
+    return None
+
+
+def _norm_pci(v: Any) -> str | None:
+    if v is None:
+        return None
+    s = str(v).lower().strip()
+    s = re.sub(r"^pci:", "", s)
+    m = re.match(r"^(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([0-9a-f]{2})(?:\.[0-7])?$", s)
+    if not m:
+        return s
+    return f"{(m.group(1) or '0000')[-4:]}:{m.group(2)}:{m.group(3)}"
+
+
+def entities_of(kind: str, host: str | None, unit: str | None, pid: int | None,
+                fields: Mapping[str, Any]) -> dict[str, str]:
+    """The join keys of one event. `pid` is the process the line is about (a field), or the logging process
+    for lines a process writes about itself; never systemd's or journald's own pid."""
+    ents: dict[str, str] = {}
+    if host:
+        ents["host"] = str(host)
+    cgroup = fields.get("cgroup") or fields.get("task_memcg") or fields.get("oom_memcg")
+    u = unit or fields.get("unit") or unit_of_cgroup(cgroup)
+    if u:
+        ents["unit"] = str(u)
+    p = fields.get("main_pid") or fields.get("pid")
+    if p is None and pid is not None and kind not in _LOGGER_PID_KINDS and pid != 1:
+        p = pid
+    if p is not None and str(p).strip():
+        ents["pid"] = _as_text(p)
+    if cgroup:
+        ents["cgroup"] = str(cgroup)
+    pci = _norm_pci(fields.get("pci"))
+    if pci:
+        ents["pci"] = pci
+    rank = fields.get("rank") if fields.get("rank") is not None else fields.get("tp_rank")
+    if rank is not None:
+        ents["rank"] = _as_text(rank)
+    if fields.get("gpu") is not None:
+        ents["gpu"] = _as_text(fields["gpu"])
+    return ents
+
+
+def event_id(source_id: str | None, line: int | None, rule: str | None) -> str:
+    return f"{source_id or ''}:{line or 0}:{rule or ''}"
+
+
+def sort_events(events: pl.DataFrame) -> pl.DataFrame:
+    """The deterministic order of events everywhere: time (untimed last), path, line, rule."""
+    return events.sort(["ts", "path", "line", "rule"], nulls_last=True, maintain_order=True)
+
+
+def views(events: pl.DataFrame, enrich: Any = None) -> list[EventView]:
+    """EventViews of a frame (sorted first). `enrich(kind, fields) -> fields` may add derived fields."""
+    out: list[EventView] = []
+    for i, r in enumerate(sort_events(events).iter_rows(named=True)):
+        try:
+            fields = json.loads(r["fields"]) if r.get("fields") else {}
+            if not isinstance(fields, dict):
+                fields = {}
+        except (TypeError, ValueError):
+            fields = {}
+        kind = r.get("kind") or ""
+        if enrich is not None:
+            fields = enrich(kind, fields)
+        ts = r.get("ts")
+        if ts is not None and ts.tzinfo is None:
+            ts = ts.replace(tzinfo=timezone.utc)
+        ents = entities_of(kind, r.get("host"), r.get("unit"), r.get("pid"), fields)
+        out.append(EventView(
+            seq=i, id=event_id(r.get("source_id"), r.get("line"), r.get("rule")), ts=ts,
+            t=ts.timestamp() if ts is not None else None, ts_source=r.get("ts_source") or "none", kind=kind,
+            rule=r.get("rule") or "", severity=r.get("severity") or "info", role=r.get("role") or "context",
+            host=r.get("host"), unit=ents.get("unit"), pid=r.get("pid"), title=r.get("title") or "",
+            fields=fields, message=r.get("message") or "", source_id=r.get("source_id") or "",
+            path=r.get("path") or "", line=int(r.get("line") or 0), line_end=int(r.get("line_end") or r.get("line") or 0),
+            format=r.get("format") or "", entities=ents))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# coverage: which logs were ingested for a host and a window
+
+
+@dataclass(frozen=True)
+class SourceSpan:
+    """What one source holds for one host: a class of log lines (`kernel`, `systemd`, `service`) and unit,
+    with the time span they cover."""
+
+    path: str
+    format: str
+    host: str | None
+    log: str                          # kernel | systemd | service
+    unit: str | None
+    first: datetime | None
+    last: datetime | None
+    records: int
+    untimed: int = 0                  # records of this class without a wall time (unanchored kernel seconds)
+
+
+@dataclass(frozen=True)
+class CoverageReport:
+    kernel: bool                      # a kernel log whose span reaches the moment
+    unit_output: bool                 # the service's own output (not only systemd's lines about it)
+    ingested: tuple[str, ...]         # "journal.log (systemd lines for x.service)" ...
+    missing: tuple[str, ...]          # "the kernel log (dmesg or journalctl -k) of h around 20:17:19" ...
+    notes: tuple[str, ...] = ()       # e.g. "dmesg.log: 12 kernel lines have no wall time (not anchored)"
+
+    def as_values(self) -> dict[str, str]:
+        return {"ingested": "; ".join(self.ingested) or "nothing",
+                "missing": "; ".join(self.missing) or "nothing",
+                "notes": " ".join(self.notes),
+                "kernel": "yes" if self.kernel else "no",
+                "unit_output": "yes" if self.unit_output else "no"}
+
+
+_LOG_WORDS = {"kernel": "kernel lines", "systemd": "systemd lines", "service": "the service's own output"}
+
+
+class Coverage:
+    """The sources' spans per host; answers "what was ingested around this moment, and what was not"."""
+
+    def __init__(self, spans: Sequence[SourceSpan]):
+        self.spans = tuple(sorted(spans, key=lambda s: (s.path, s.host or "", s.log, s.unit or "")))
+
+    @classmethod
+    def from_views(cls, evs: Sequence[EventView]) -> Coverage:
+        """Coverage as far as the events themselves show (fixture timelines, stores without records)."""
+        acc: dict[tuple, list] = {}
+        for e in evs:
+            log = "kernel" if e.kind in KERNEL_KINDS else "systemd" if e.kind in SYSTEMD_KINDS else "service"
+            key = (e.path, e.format, e.host, log, e.unit if log != "kernel" else None)
+            a = acc.setdefault(key, [None, None, 0, 0])
+            if e.ts is None:
+                a[3] += 1
+            else:
+                a[0] = e.ts if a[0] is None or e.ts < a[0] else a[0]
+                a[1] = e.ts if a[1] is None or e.ts > a[1] else a[1]
+            a[2] += 1
+        return cls([SourceSpan(path=k[0], format=k[1], host=k[2], log=k[3], unit=k[4], first=v[0], last=v[1],
+                               records=v[2], untimed=v[3]) for k, v in acc.items()])
+
+    def report(self, host: str | None, unit: str | None, at: datetime, since: datetime,
+               until: datetime) -> CoverageReport:
+        spans = [s for s in self.spans if s.host == host or s.host is None]
+        ingested: dict[str, list[str]] = {}
+        notes: list[str] = []
+        for s in spans:
+            if s.first is not None and s.last is not None and s.first <= until and s.last >= since:
+                what = _LOG_WORDS[s.log] + (f" of {s.unit}" if s.unit and s.log != "kernel" else "")
+                ingested.setdefault(s.path, [])
+                if what not in ingested[s.path]:
+                    ingested[s.path].append(what)
+        kernel_spans = [s for s in spans if s.log == "kernel"]
+        kernel = any(s.first is not None and s.last is not None and s.first <= at
+                     and s.last >= at - timedelta(seconds=5) for s in kernel_spans)
+        for s in kernel_spans:
+            if s.untimed:
+                notes.append(f"{s.path}: {s.untimed} kernel line(s) have no wall-clock time (kernel seconds not "
+                             f"anchored to a boot time), so they cannot be placed in the window.")
+            elif not kernel and s.last is not None and s.last < at:
+                notes.append(f"{s.path}: the kernel log ends at {_hms(s.last)}, before {_hms(at)}.")
+            elif not kernel and s.first is not None and s.first > at:
+                notes.append(f"{s.path}: the kernel log starts at {_hms(s.first)}, after {_hms(at)}.")
+        unit_output = False
+        for s in spans:
+            if s.log != "service" or s.first is None or s.last is None:
+                continue
+            if unit is not None and s.unit not in (unit, None):
+                continue
+            reaches = max((o.last for o in spans if o.path == s.path and o.last is not None), default=s.last)
+            if s.first <= at and reaches >= at - timedelta(seconds=60):
+                unit_output = True
+        missing = []
+        h = host or "the host"
+        if not kernel:
+            missing.append(f"the kernel log (dmesg or journalctl -k) of {h} around {_hms(at)}")
+        if not unit_output:
+            missing.append(f"the service's own output (journalctl -u {unit})" if unit else
+                           "the service's own output")
+        ing = tuple(f"{p} ({', '.join(ws)})" for p, ws in sorted(ingested.items()))
+        return CoverageReport(kernel=kernel, unit_output=unit_output, ingested=ing, missing=tuple(missing),
+                              notes=tuple(dict.fromkeys(notes)))
+
+
+def _hms(t: datetime) -> str:
+    return t.astimezone(timezone.utc).strftime("%H:%M:%S")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# matching
+
+
+@dataclass(frozen=True)
+class Match:
+    """One firing of a correlation: the anchor and the events bound to each step."""
+
+    correlation: Correlation
+    anchor: EventView
+    bound: tuple[tuple[str, tuple[EventView, ...]], ...]
+    against: tuple[tuple[Against, EventView], ...] = ()
+    coverage: CoverageReport | None = None
+
+    def events(self, step: str) -> tuple[EventView, ...]:
+        for name, evs in self.bound:
+            if name == step:
+                return evs
+        return ()
+
+    def all_events(self) -> list[EventView]:
+        seen: dict[int, EventView] = {}
+        for _, evs in self.bound:
+            for e in evs:
+                seen[e.seq] = e
+        return sorted(seen.values(), key=lambda e: e.seq)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A resolved conclusion with what incidents need besides the Conclusion itself."""
+
+    conclusion: Conclusion
+    headline: str
+    anchor: str                        # Event.id of the anchor
+    priority: int
+    roles: tuple[tuple[str, str], ...]  # Event.id -> role in the incident
+    event_ids: tuple[str, ...]         # every event bound by the firing(s) merged into this finding
+    rules: tuple[str, ...]             # ids of the correlations merged into this finding
+    t: float | None                    # time of the cause (or anchor) event
+
+
+class Timeline:
+    """Events indexed for the engine: by kind, in time order."""
+
+    def __init__(self, evs: Sequence[EventView]):
+        self.events = list(evs)
+        self.by_kind: dict[str, list[EventView]] = {}
+        for e in self.events:
+            self.by_kind.setdefault(e.kind, []).append(e)
+        self.times: dict[str, list[float]] = {}
+        for k, lst in self.by_kind.items():
+            lst.sort(key=lambda e: (e.t is None, e.t or 0.0, e.seq))
+            self.times[k] = [e.t for e in lst if e.t is not None]
+        self.by_id = {e.id: e for e in self.events}
+
+    def timed(self, kind: str, lo: float, hi: float) -> list[EventView]:
+        lst = self.by_kind.get(kind, [])
+        ts = self.times.get(kind, [])
+        return lst[bisect_left(ts, lo):bisect_right(ts, hi)]
+
+    def untimed(self, kind: str) -> list[EventView]:
+        return [e for e in self.by_kind.get(kind, []) if e.t is None]
+
+
+def _where_ok(e: EventView, where: Sequence[Where]) -> bool:
+    for w in where:
+        v = e.value(w.field)
+        hit = (NULL in w.values) if v is None else _as_text(v) in w.values
+        if hit == w.negate:
+            return False
+    return True
+
+
+def joined(a: EventView, b: EventView, join: Join) -> bool:
+    for ent in join.same:
+        va, vb = a.entities.get(ent), b.entities.get(ent)
+        if va is None or vb is None or va != vb:
+            return False
+    if join.any:
+        for ent in join.any:
+            va, vb = a.entities.get(ent), b.entities.get(ent)
+            if va is not None and va == vb:
+                return True
+        return False
+    return True
+
+
+def _candidates(tl: Timeline, step: Step | Against, anchor: EventView, lo: float, hi: float,
+                join: Join, untimed: bool = False) -> list[EventView]:
+    out = []
+    for k in step.kinds:
+        for e in tl.timed(k, lo, hi):
+            if e.seq != anchor.seq and _where_ok(e, step.where) and joined(e, anchor, join):
+                out.append(e)
+        if untimed:
+            for e in tl.untimed(k):
+                if e.seq != anchor.seq and _where_ok(e, step.where) and joined(e, anchor, join):
+                    out.append(e)
+    return out
+
+
+def _pick(cands: list[EventView], step: Step, anchor_t: float) -> EventView | None:
+    if not cands:
+        return None
+    pref = {k: i for i, k in enumerate(step.kinds)}
+    return min(cands, key=lambda e: (pref.get(e.kind, 99), abs((e.t if e.t is not None else 1e18) - anchor_t),
+                                     e.seq))
+
+
+def match_at(tl: Timeline, c: Correlation, anchor: EventView, used_unique: set[int] | frozenset = frozenset()
+             ) -> Match | None:
+    """The firing of `c` at `anchor`, or None. Steps are bound nearest-first (by kind preference, then time
+    distance), so the result is the tightest match; ordered steps respect the listed order."""
+    assert anchor.t is not None
+    a_step = c.step(c.anchor)
+    if anchor.kind not in a_step.kinds or not _where_ok(anchor, a_step.where):
+        return None
+    k = [s.name for s in c.steps].index(c.anchor)
+    bound: dict[str, tuple[EventView, ...]] = {c.anchor: (anchor,)}
+    taken = {anchor.seq}
+
+    def bind(i: int, lo_bound: float | None, hi_bound: float | None) -> tuple[float | None, float | None] | None:
+        s = c.steps[i]
+        w = s.within if s.within is not None else c.window
+        lo, hi = anchor.t - w, anchor.t + w
+        if lo_bound is not None:
+            lo = max(lo, lo_bound)
+        if hi_bound is not None:
+            hi = min(hi, hi_bound)
+        join = s.join if s.join is not None else c.join
+        cands = [e for e in _candidates(tl, s, anchor, lo, hi, join, s.untimed)
+                 if e.seq not in taken and not (s.unique and e.seq in used_unique)]
+        if s.collects:
+            evs = sorted(cands, key=lambda e: (e.t if e.t is not None else 1e18, e.seq))
+            if s.distinct is not None:
+                vals = {_as_text(v) for e in [anchor, *evs] if (v := e.value(s.distinct)) is not None}
+                if len(vals) < max(s.min_distinct, 1):
+                    return None
+            if len(evs) < s.min:
+                return None
+        else:
+            e = _pick(cands, s, anchor.t)
+            if e is None and s.min >= 1:
+                return None
+            evs = [e] if e is not None else []
+        bound[s.name] = tuple(evs)
+        taken.update(e.seq for e in evs)
+        timed = [e.t for e in evs if e.t is not None]
+        return (min(timed) if timed else None, max(timed) if timed else None)
+
+    if c.ordered:
+        hi_b: float | None = anchor.t
+        for i in range(k - 1, -1, -1):
+            r = bind(i, None, hi_b)
+            if r is None:
+                return None
+            if r[0] is not None:
+                hi_b = r[0]
+        lo_b: float | None = anchor.t
+        for i in range(k + 1, len(c.steps)):
+            r = bind(i, lo_b, None)
+            if r is None:
+                return None
+            if r[1] is not None:
+                lo_b = r[1]
+    else:
+        for i in range(len(c.steps)):
+            if i != k and bind(i, None, None) is None:
+                return None
+    ordered_bound = tuple((s.name, bound.get(s.name, ())) for s in c.steps)
+    against: list[tuple[Against, EventView]] = []
+    for ag in c.against:
+        w = ag.within if ag.within is not None else c.window
+        for e in _candidates(tl, ag, anchor, anchor.t - w, anchor.t + w, ag.join if ag.join is not None else c.join):
+            if e.seq not in taken:
+                against.append((ag, e))
+    return Match(correlation=c, anchor=anchor, bound=ordered_bound, against=tuple(against))
+
+
+def find_matches(tl: Timeline, c: Correlation, coverage: Coverage | None = None) -> list[Match]:
+    """Every firing of one correlation, anchors in time order. An event bound by a firing cannot anchor a
+    later firing of the same correlation (a burst is one finding); `unique` steps serve one firing."""
+    a_step = c.step(c.anchor)
+    anchors = sorted((e for k in a_step.kinds for e in tl.by_kind.get(k, []) if e.t is not None),
+                     key=lambda e: (e.t, e.seq))
+    used: set[int] = set()
+    used_unique: set[int] = set()
+    out: list[Match] = []
+    for a in anchors:
+        if a.seq in used:
+            continue
+        m = match_at(tl, c, a, used_unique)
+        if m is None:
+            continue
+        if c.coverage:
+            since, until = kernel_window(a.ts)
+            rep = (coverage or Coverage([])).report(a.entities.get("host"), a.entities.get("unit"), a.ts, since, until)
+            state = {"kernel": rep.kernel, "unit_output": rep.unit_output}
+            if any(state[log] != (want == "present") for log, want in c.coverage):
+                continue
+            m = replace(m, coverage=rep)
+        out.append(m)
+        for e in m.all_events():
+            used.add(e.seq)
+        for s in c.steps:
+            if s.unique:
+                used_unique.update(e.seq for e in m.events(s.name))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# conclusions
+
+
+def kernel_window(at: datetime) -> tuple[datetime, datetime]:
+    """The window an exact next command asks for: from two minutes before the minute of `at` to one minute
+    after (20:17:19 -> 20:15 .. 20:18)."""
+    at = at.astimezone(timezone.utc)
+    minute = at.replace(second=0, microsecond=0)
+    return minute - timedelta(minutes=2), minute + timedelta(minutes=1)
+
+
+def fmt_when(t: datetime) -> str:
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def iso(t: datetime | None) -> str | None:
+    return None if t is None else t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def human_seconds(s: float) -> str:
+    s = abs(s)
+    if s < 1:
+        return "under a second"
+    if s < 90:
+        return f"{s:.0f} s"
+    m, sec = divmod(int(round(s)), 60)
+    if m < 60:
+        return f"{m} min {sec} s" if sec else f"{m} min"
+    h, m = divmod(m, 60)
+    return f"{h} h {m} min" if m else f"{h} h"
+
+
+def step_values(evs: Sequence[EventView], anchor: EventView, distinct: str | None = None) -> dict[str, Any]:
+    """The placeholders of one step: the first event's fields and columns, plus `count`, `time`, `ago`,
+    `where` (path:line), `all_<field>` (the distinct values over the step's events) and `distinct_values`."""
+    if not evs:
+        return {}
+    e = evs[0]
+    vals: dict[str, Any] = {k: v for k, v in e.fields.items() if not isinstance(v, (dict, list))}
+    for col in _COLUMNS:
+        vals.setdefault(col, getattr(e, col))
+    for k, v in e.entities.items():
+        vals.setdefault(k, v)
+    vals["id"] = e.id
+    vals["count"] = len(evs)
+    vals["where"] = f"{e.path}:{e.line}"
+    vals["first_line"] = e.message.split("\n", 1)[0]
+    if e.ts is not None:
+        vals["ts"] = iso(e.ts)
+        vals["time"] = _hms(e.ts)
+        vals["at"] = e.ts.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        vals["date"] = e.ts.astimezone(timezone.utc).strftime("%Y-%m-%d")
+        if anchor.t is not None and e.t is not None:
+            vals["ago"] = human_seconds(anchor.t - e.t)
+    fields_all: dict[str, list[str]] = {}
+    for ev in evs:
+        for k, v in ev.fields.items():
+            if v is None or isinstance(v, (dict, list)):
+                continue
+            lst = fields_all.setdefault(k, [])
+            if _as_text(v) not in lst:
+                lst.append(_as_text(v))
+        for k, v in ev.entities.items():
+            lst = fields_all.setdefault(k, [])
+            if v not in lst:
+                lst.append(v)
+    for k, lst in fields_all.items():
+        vals[f"all_{k}"] = ", ".join(lst)
+    if distinct is not None:
+        dv = fields_all.get(distinct, [])
+        vals["distinct_values"] = ", ".join(dv)
+        vals["distinct_count"] = len(dv)
+    if evs[-1].ts is not None:
+        vals["last_time"] = _hms(evs[-1].ts)
+    return vals
+
+
+def _values(m: Match) -> dict[str, Any]:
+    c = m.correlation
+    a = m.anchor
+    vals: dict[str, Any] = {}
+    for s in c.steps:
+        sv = step_values(m.events(s.name), a, s.distinct)
+        if s.distinct and s.name != c.anchor:
+            # distinct values counted with the anchor's
+            dv = []
+            for e in [a, *m.events(s.name)]:
+                v = e.value(s.distinct)
+                if v is not None and _as_text(v) not in dv:
+                    dv.append(_as_text(v))
+            sv["distinct_values"] = ", ".join(dv)
+            sv["distinct_count"] = len(dv)
+        vals[s.name] = sv
+    for ag in c.against:
+        evs = tuple(e for g, e in m.against if g is ag)
+        vals[ag.name] = step_values(evs, a)
+    since, until = kernel_window(a.ts)
+    vals["since"] = fmt_when(since)
+    vals["until"] = fmt_when(until)
+    vals["host"] = a.entities.get("host")
+    cause = m.events(c.cause)
+    vals["unit"] = a.entities.get("unit") or (cause[0].entities.get("unit") if cause else None)
+    vals["anchor"] = vals[c.anchor]
+    vals["cause"] = vals[c.cause]
+    if m.coverage is not None:
+        vals["coverage"] = m.coverage.as_values()
+    return vals
+
+
+def evidence_of(e: EventView, note: str) -> Evidence:
+    return Evidence(path=e.path, line=e.line, line_end=e.line_end, ts=iso(e.ts), ts_source=e.ts_source,
+                    text=e.message, note=note, source_id=e.source_id)
+
+
+def _finding(m: Match) -> Finding:
+    c = m.correlation
+    vals = _values(m)
+    cause = m.events(c.cause)[0]
+    evs = m.all_events()
+    others = sorted((e for e in evs if e.seq != cause.seq), key=lambda e: (e.t is None, e.t or 0.0, e.seq))
+    step_of = {e.seq: name for name, es in m.bound for e in es}
+    ev_for = [evidence_of(cause, f"{c.cause}: {cause.title or cause.kind}")]
+    ev_for += [evidence_of(e, f"{step_of[e.seq]}: {e.title or e.kind}") for e in others]
+    ev_against = [evidence_of(e, fill(ag.note, vals) if ag.note else f"{ag.name}: {e.title or e.kind}")
+                  for ag, e in m.against]
+    confidence = c.confidence
+    if m.against and c.downgrade is not None and _rank(c.downgrade) > _rank(confidence):
+        confidence = c.downgrade
+    explained = []
+    for name in c.explains:
+        explained += [e for e in m.events(name) if e.seq != cause.seq]
+    explained.sort(key=lambda e: (e.t is None, e.t or 0.0, e.seq))
+    role_of = dict(c.roles)
+    roles = [(cause.id, "cause")]
+    for name in c.explains:
+        for e in m.events(name):
+            if e.seq != cause.seq:
+                roles.append((e.id, role_of.get(name, "symptom")))
+    for name, r in c.roles:
+        if name not in c.explains:
+            roles += [(e.id, r) for e in m.events(name)]
+    steps = tuple(dict.fromkeys(fill(s, vals) for s in c.next_steps))
+    concl = Conclusion(
+        rule=c.id, kind=c.kind or cause.kind, confidence=confidence, statement=fill(c.statement, vals),
+        cause_event=cause.id, explains=tuple(dict.fromkeys(e.id for e in explained)),
+        evidence_for=tuple(ev_for), evidence_against=tuple(ev_against),
+        alternatives=tuple(fill(a, vals) for a in c.alternatives), next_steps=steps,
+        unit=vals["unit"])
+    return Finding(conclusion=concl, headline=fill(c.headline, vals) if c.headline else c.title,
+                   anchor=m.anchor.id, priority=c.priority, roles=tuple(roles),
+                   event_ids=tuple(e.id for e in evs), rules=(c.id,),
+                   t=cause.t if cause.t is not None else m.anchor.t)
+
+
+def _rank(c: Confidence) -> int:
+    return CONFIDENCE_ORDER.index(c)
+
+
+def _merge_evidence(a: Sequence[Evidence], b: Sequence[Evidence]) -> tuple[Evidence, ...]:
+    seen = {(e.path, e.line) for e in a}
+    out = list(a)
+    for e in b:
+        if (e.path, e.line) not in seen:
+            seen.add((e.path, e.line))
+            out.append(e)
+    return tuple(out)
+
+
+def _merge_roles(a: Sequence[tuple[str, str]], b: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    have = dict(a)
+    out = list(a)
+    for eid, r in b:
+        if eid not in have:
+            have[eid] = r
+            out.append((eid, r))
+    return tuple(out)
+
+
+def _fold_into(target: Finding, f: Finding, fold_statement: str) -> Finding:
+    tc, fc = target.conclusion, f.conclusion
+    explains = tuple(dict.fromkeys([*tc.explains, *(x for x in fc.explains if x != tc.cause_event)]))
+    statement = tc.statement + (" " + fold_statement if fold_statement else "")
+    worst = max((tc.confidence, fc.confidence), key=_rank) if fc.cause_event == tc.cause_event else tc.confidence
+    concl = replace(tc, statement=statement, explains=explains, confidence=worst,
+                    evidence_for=_merge_evidence(tc.evidence_for, fc.evidence_for),
+                    evidence_against=_merge_evidence(tc.evidence_against, fc.evidence_against),
+                    alternatives=tuple(dict.fromkeys([*tc.alternatives, *fc.alternatives])),
+                    next_steps=tuple(dict.fromkeys([*tc.next_steps, *fc.next_steps])))
+    return replace(target, conclusion=concl, roles=_merge_roles(target.roles, f.roles),
+                   event_ids=tuple(dict.fromkeys([*target.event_ids, *f.event_ids])),
+                   rules=(*target.rules, *f.rules))
+
+
+def resolve(matches: Sequence[Match]) -> list[Finding]:
+    """Matches -> findings: exclusive groups first, then folds (see the module docstring)."""
+    order = sorted(matches, key=lambda m: (-m.correlation.priority, m.anchor.t or 0.0, m.anchor.seq,
+                                           m.correlation.id))
+    kept: list[tuple[Match, Finding]] = []
+    claimed: dict[tuple[str, str], int] = {}          # (group, anchor id) -> index in kept
+    for m in order:
+        c = m.correlation
+        f = _finding(m)
+        if c.group is not None:
+            key = (c.group, m.anchor.id)
+            if key in claimed:
+                i = claimed[key]
+                wm, wf = kept[i]
+                if f.conclusion.kind == wf.conclusion.kind:
+                    wc = replace(wf.conclusion,
+                                 evidence_for=_merge_evidence(wf.conclusion.evidence_for, f.conclusion.evidence_for),
+                                 explains=tuple(dict.fromkeys([*wf.conclusion.explains, *(
+                                     x for x in f.conclusion.explains if x != wf.conclusion.cause_event)])))
+                    wf = replace(wf, conclusion=wc, roles=_merge_roles(wf.roles, f.roles),
+                                 event_ids=tuple(dict.fromkeys([*wf.event_ids, *f.event_ids])))
+                else:
+                    alt = (f"{c.title}: also consistent with the logs but less specific "
+                           f"({f.conclusion.confidence.value}): {f.conclusion.statement}")
+                    wf = replace(wf, conclusion=replace(wf.conclusion,
+                                                        alternatives=(*wf.conclusion.alternatives, alt)))
+                kept[i] = (wm, wf)
+                continue
+            claimed[key] = len(kept)
+        kept.append((m, f))
+    primaries = [(m, f) for m, f in kept if not m.correlation.fold]
+    folds = [(m, f) for m, f in kept if m.correlation.fold]
+    primaries.sort(key=lambda mf: (mf[1].t or 0.0, -mf[1].priority, mf[0].correlation.id))
+    for m, f in folds:
+        target = None
+        for i, (_pm, pf) in enumerate(primaries):
+            if pf.conclusion.cause_event == f.conclusion.cause_event:
+                target = i
+                break
+        if target is None:
+            for i, (_pm, pf) in enumerate(primaries):
+                if m.anchor.id == pf.conclusion.cause_event or m.anchor.id in pf.conclusion.explains:
+                    target = i
+                    break
+        if target is None:
+            primaries.append((m, f))
+            continue
+        pm, pf = primaries[target]
+        primaries[target] = (pm, _fold_into(pf, f, fill(m.correlation.fold_statement, _values(m))
+                                            if m.correlation.fold_statement else ""))
+    out = [f for _, f in primaries]
+    out.sort(key=lambda f: (f.t if f.t is not None else 0.0, -f.priority, f.rules[0], f.anchor))
+    return out
+
+
+def correlate_views(evs: Sequence[EventView], correlations: Sequence[Correlation],
+                    coverage: Coverage | None = None) -> list[Finding]:
+    """All correlations over a set of events (already enriched), resolved into findings."""
+    tl = Timeline(evs)
+    cov = coverage if coverage is not None else Coverage.from_views(evs)
+    matches: list[Match] = []
+    for c in correlations:
+        matches.extend(find_matches(tl, c, cov))
+    return resolve(matches)
+
+
+def correlate_events(events: pl.DataFrame, correlations: Sequence[Correlation] | None = None,
+                     sources: Coverage | Sequence[SourceSpan] | None = None,
+                     knowledge: Any = None) -> list[Conclusion]:
+    """The conclusions the correlations draw from an events frame (EVENT_SCHEMA), in time order.
+
+    `sources` says which logs were ingested (a Coverage or its SourceSpans); without it, coverage is what the
+    events themselves show. `knowledge` (configreview.Knowledge) adds derived fields such as the GPU family
+    of an SM; the built-in knowledge packs are used when it is None."""
+    return [f.conclusion for f in findings(events, correlations, sources, knowledge)]
+
+
+def findings(events: pl.DataFrame, correlations: Sequence[Correlation] | None = None,
+             sources: Coverage | Sequence[SourceSpan] | None = None, knowledge: Any = None) -> list[Finding]:
+    from .configreview import enricher, load_knowledge
+
+    corrs = load_correlations() if correlations is None else correlations
+    kn = load_knowledge() if knowledge is None else knowledge
+    evs = views(events, enricher(kn))
+    cov = sources if isinstance(sources, Coverage) else Coverage(sources) if sources is not None else None
+    return correlate_views(evs, corrs, cov)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# incidents (built in forensics.incidents; re-exported here as the public entry points)
+
+
+def build_incidents(store: Any, gap_minutes: float = 15.0) -> list:
+    """Incidents of a store, sorted by start then id (see forensics.incidents.build_incidents)."""
+    from .incidents import build_incidents as build
+
+    return build(store, gap_minutes)
+
+
+def resolve_incidents(store: Any, spec: str, gap_minutes: float = 15.0) -> list:
+    """The incidents a full id, a unique id prefix or a date (YYYY-MM-DD) names; raises IncidentNotFound."""
+    from .incidents import resolve_incidents as resolve_spec
+
+    return resolve_spec(store, spec, gap_minutes)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "IncidentNotFound":
+        from .incidents import IncidentNotFound
+
+        return IncidentNotFound
+    raise AttributeError(name)

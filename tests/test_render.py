@@ -1,0 +1,213 @@
+"""The incident report: golden files for the seed incident, and the properties every report keeps."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from conftest import check_golden
+from fixtures.incident_fixture import seed_incident, seed_reader
+from markdown_it import MarkdownIt
+from render_payloads import PAYLOAD, hostile_incident
+
+from forensics.model import Evidence
+from forensics.render import ReportOptions, render_report
+from forensics.render.mdsafe import code, fence, inline, prose
+
+GOLDEN = Path(__file__).parent / "golden" / "report"
+OPTS = ReportOptions(tz="Europe/Berlin", tool_version="0.0.0-test", source_reader=seed_reader,
+                     rulepack_versions={"kernel": "1", "sglang": "1", "systemd": "1"})
+
+
+@pytest.mark.parametrize("fmt,name", [("md", "seed.md"), ("html", "seed.html"), ("json", "seed.json")])
+def test_seed_report_golden(fmt: str, name: str, update_golden: bool) -> None:
+    check_golden(GOLDEN / name, render_report([seed_incident()], fmt, OPTS), update_golden)  # type: ignore[arg-type]
+
+
+def test_seed_report_utc_golden(update_golden: bool) -> None:
+    opts = replace(OPTS, tz="UTC", source_reader=None)
+    check_golden(GOLDEN / "seed-utc-nocontext.md", render_report([seed_incident()], "md", opts), update_golden)
+
+
+@pytest.mark.parametrize("fmt", ["md", "html", "json"])
+def test_report_is_deterministic(fmt: str) -> None:
+    a = render_report([seed_incident()], fmt, OPTS)  # type: ignore[arg-type]
+    b = render_report([seed_incident()], fmt, OPTS)  # type: ignore[arg-type]
+    assert a == b
+    assert "Generated at" not in a and '"generated_at": null' in render_report([seed_incident()], "json", OPTS)
+
+
+def test_generated_at_only_when_asked() -> None:
+    text = render_report([seed_incident()], "md", replace(OPTS, generated_at="2025-05-26T09:00:00Z"))
+    assert "Generated at 2025-05-26T09:00:00Z." in text
+
+
+def test_seed_report_reaches_the_postmortem() -> None:
+    """What the seeds' authors worked out by hand is in the report by itself."""
+    md = render_report([seed_incident()], "md", OPTS)
+    sections = re.findall(r"^## (.+)$", md, flags=re.M)
+    assert sections == ["Summary", "Impact", "Timeline", "What the key lines reveal", "Analysis",
+                        "Configuration at the time of failure", "Environment", "What the logs do not show",
+                        "Recommended actions", "Appendix"]
+    for needle in ("status=9/KILL", "Killed process 48213", "Failed to kill control group", "compute\\_120a",
+                   "`--sampling-backend pytorch`", "0.90 x 96 GB = 86.4 GB", "9 min 31 s to load",
+                   "after 36 s up", "Suppressed 1234 messages", "**Root cause (confirmed",
+                   "journal-eagle3.log:156-157", "(x2)", "22:17:19 CEST", "≈20:17:19"):
+        assert needle in md, needle
+    # every cited line is in the appendix with its path:line and context
+    assert "samples/incident/dmesg.log:3-7" in md and "> 6  [ 8120.114260] Out of memory" in md
+    assert re.search(r"`journal-eagle3.log`: `[0-9a-f]{64}`", md)
+
+
+def test_several_incidents_one_document() -> None:
+    a = seed_incident()
+    b = replace(seed_incident(), id="2025-05-25-dflash-train-other", headline="A second incident")
+    md = render_report([a, b], "md", OPTS)
+    assert md.startswith("# 2 incidents, 2025-05-25\n")
+    assert re.findall(r"^## \d\. ", md, flags=re.M) == ["## 1. ", "## 2. "]
+    assert md.count("### Summary") == 2
+    html = render_report([a, b], "html", OPTS)
+    assert html.count("<svg") == 2
+    js = render_report([a, b], "json", OPTS)
+    assert js.count('"incident": {') == 2
+
+
+def test_no_conclusion_no_events() -> None:
+    inc = replace(seed_incident(), root_cause=None, conclusions=(), events=(), symptoms=(), configs=(), gaps=(),
+                  environment={})
+    for fmt in ("md", "html", "json"):
+        out = render_report([inc], fmt, OPTS)  # type: ignore[arg-type]
+        assert out
+    md = render_report([inc], "md", OPTS)
+    assert "**Root cause: not determined.**" in md
+
+
+# ----------------------------------------------------------------------------- inert log text
+
+def _texts(tokens: list) -> list[str]:  # noqa: ANN001
+    out = []
+    for t in tokens:
+        if t.type == "text":
+            out.append(t.content)
+        if t.children:
+            out.extend(_texts(t.children))
+    return out
+
+
+def test_markdown_payload_is_inert() -> None:
+    md = render_report([hostile_incident()], "md", replace(OPTS, max_chars=0))
+    # the most permissive reading: raw HTML allowed, links and images on
+    permissive = MarkdownIt("commonmark", {"html": True}).enable("table")
+    html = permissive.render(md)
+    for bad in ("<script", "<img", "<a ", "<b>", "<iframe", "<h1>heading", "<em>", "\x1b", "\u202e"):
+        assert bad not in html, bad
+    # nothing GitHub would autolink or turn into a mention sits in plain text
+    for text in _texts(permissive.parse(md)):
+        assert "://" not in text and "www." not in text and "@" not in text, text
+    # and the payload is still there to read
+    assert "<script>alert(1)</script>" in html.replace("&lt;", "<").replace("&gt;", ">")
+    assert "\\x1b[31mred\\u202eevil" in md
+
+
+def test_markdown_fences_are_longer_than_backtick_runs() -> None:
+    md = render_report([hostile_incident()], "md", replace(OPTS, max_chars=0))
+    assert "`````text\n" in md          # the payload holds a run of four backticks
+    tokens = MarkdownIt("commonmark").parse(md)
+    fences = [t for t in tokens if t.type == "fence" and "onerror" in t.content]
+    assert fences and all("<iframe" in t.content for t in fences if "iframe" in t.content)
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+
+
+def html_tags(html: str) -> list[tuple[str, list[tuple[str, str | None]]]]:
+    parser = _Tags()
+    parser.feed(html)
+    return parser.tags
+
+
+def test_html_payload_is_escaped() -> None:
+    html = render_report([hostile_incident()], "html", OPTS)
+    tags = html_tags(html)
+    names = {t for t, _ in tags}
+    assert not names & {"script", "img", "iframe", "a", "b", "link", "object", "embed", "base", "form", "i"}
+    for tag, attrs in tags:
+        for name, _value in attrs:
+            assert not name.startswith("on") and name not in ("src", "href", "xlink:href"), (tag, name)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "&lt;img src=x onerror=alert(2)&gt;" in html
+    assert "\x1b" not in html and "\u202e" not in html
+
+
+def test_mdsafe_units() -> None:
+    assert inline("a|b [x](y) <z> *q* _u_") == "a\\|b \\[x\\](y) \\<z\\> \\*q\\* \\_u\\_"
+    assert inline("1. not a list") == "1\\. not a list" and inline("0.90 x") == "0.90 x"
+    assert inline("see http://x.example/a") == "see `http://x.example/a`"
+    assert code("a|b") == "`a`\\|`b`" and code("``x") == "``` ``x ```"
+    assert prose("use `--x` now") == "use `--x` now"
+    assert fence("a\n````\nb") == "`````\na\n````\nb\n`````"
+
+
+# ----------------------------------------------------------------------------- size limit
+
+def _big_incident(n: int = 160) -> tuple:
+    inc = seed_incident()
+    root = inc.root_cause
+    assert root is not None
+    extra = tuple(Evidence(path=f"samples/big/part{i:03d}.log", line=10 + i, line_end=10 + i, ts=None,
+                           ts_source="none", text=f"line {i} " + "x" * 600, note=f"filler {i}") for i in range(n))
+    root = replace(root, evidence_for=(*root.evidence_for, *extra))
+    return replace(inc, root_cause=root, conclusions=(root, *inc.conclusions[1:])), n
+
+
+def test_over_the_limit_the_appendix_is_trimmed_with_a_note() -> None:
+    inc, n = _big_incident()
+    opts = replace(OPTS, source_reader=None)
+    full = render_report([inc], "md", replace(opts, max_chars=0))
+    assert len(full) > 65_536 and "Trimmed to fit" not in full and f"line {n - 1} " in full
+    trimmed = render_report([inc], "md", opts)
+    assert len(trimmed) <= 65_536
+    assert "Trimmed to fit 65,536 characters: the appendix shows" in trimmed
+    assert "--max-chars 0" in trimmed
+    assert f"line {n - 1} " not in trimmed
+    # everything before the appendix is whole
+    assert trimmed.split("## Appendix")[0] == full.split("## Appendix")[0]
+
+
+def test_hard_cut_closes_fences() -> None:
+    inc, _ = _big_incident(10)
+    text = render_report([inc], "md", replace(OPTS, max_chars=4_000))
+    assert len(text) <= 4_000
+    assert "the report is cut here" in text and "--max-chars 0" in text
+    opened = 0
+    for line in text.split("\n"):
+        if re.match(r"^`{3,}", line):
+            opened ^= 1
+    assert opened == 0
+
+
+def test_user_template_runs_in_a_sandbox(tmp_path: Path) -> None:
+    (tmp_path / "partials").mkdir()
+    (tmp_path / "partials" / "summary.md.j2").write_text("{{ h }} My summary\n\n{{ iv.headline }}\n")
+    md = render_report([seed_incident()], "md", replace(OPTS, template_dir=tmp_path))
+    assert "## My summary" in md and "## Timeline" in md
+    (tmp_path / "report.md.j2").write_text("{{ report.__class__.__mro__ }}")
+    with pytest.raises(Exception) as e:
+        render_report([seed_incident()], "md", replace(OPTS, template_dir=tmp_path))
+    assert "mro" not in str(e.value) or "undefined" in str(e.value).lower()
+
+
+def test_payload_in_user_template_is_still_escaped(tmp_path: Path) -> None:
+    (tmp_path / "report.md.j2").write_text("{% for iv in report.incidents %}{{ iv.headline }}{% endfor %}\n")
+    md = render_report([hostile_incident()], "md", replace(OPTS, template_dir=tmp_path))
+    assert "<script>" not in md and "\\<script\\>" in md
+    assert PAYLOAD  # used
