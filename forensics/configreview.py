@@ -404,12 +404,12 @@ def _gib(kb: float) -> str:
     return f"{kb / 1048576:.1f}"
 
 
-def enricher(kn: Knowledge) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
+def enricher(kn: Knowledge) -> Callable[[str, dict[str, Any], str], dict[str, Any]]:
     """A function adding derived fields to an event's fields: `<x>_gib` for `<x>_kb`/`<x>_bytes`, `sm`,
     `sm_family`, `sm_gpus`, `min_cuda` for an architecture, `constraint`/`constraint_text` for an OOM kill,
     `xid_meaning`, `signal_name`, and a server_config's flags by snake name (`mem_fraction_static`)."""
 
-    def enrich(kind: str, fields: dict[str, Any]) -> dict[str, Any]:
+    def enrich(kind: str, fields: dict[str, Any], message: str = "") -> dict[str, Any]:
         out = dict(fields)
         for k, v in fields.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -444,6 +444,9 @@ def enricher(kn: Knowledge) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
                 text = kn.constraint(norm)
                 if text:
                     out["constraint_text"] = fill(text, out)
+            elif kind == "oom_kill":
+                out.setdefault("constraint_text", "not shown in the ingested lines (the kernel's `oom-kill:constraint=` "
+                                                  "summary line would say whether it was global or a cgroup limit)")
         if fields.get("xid") is not None:
             meaning = kn.xid(fields["xid"])
             if meaning:
@@ -452,8 +455,10 @@ def enricher(kn: Knowledge) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
             s = str(fields["signal"]).upper()
             out.setdefault("signal_name", s if s.startswith("SIG") else "SIG" + s)
         if kind == "server_config":
-            for name, v in flags_of(fields, "").items():
+            for name, v in flags_of(fields, message).items():
                 out.setdefault(snake(name), v)
+            for fk in kn.flags:
+                out.setdefault(snake(fk.flag), "not set")
         return out
 
     return enrich

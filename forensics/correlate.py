@@ -70,8 +70,8 @@ CONFIDENCE_ORDER = (Confidence.CONFIRMED, Confidence.LIKELY, Confidence.POSSIBLE
 STANDARD_NAMES = ("host", "unit", "since", "until", "coverage", "anchor", "cause", "window_start", "window_end")
 
 PACK_KEYS = ("pack", "description", "correlations")
-CORR_KEYS = ("id", "title", "description", "kind", "confidence", "priority", "group", "fold", "anchor", "cause",
-             "ordered", "window", "join", "steps", "explains", "roles", "coverage", "against", "downgrade",
+CORR_KEYS = ("id", "title", "description", "kind", "confidence", "priority", "group", "fold", "suspected", "anchor",
+             "cause", "ordered", "slack", "window", "join", "steps", "explains", "roles", "coverage", "against", "downgrade",
              "headline", "statement", "fold_statement", "alternatives", "next_steps", "references", "fixtures")
 CORR_REQUIRED = ("id", "title", "confidence", "anchor", "cause", "window", "steps", "statement", "fixtures")
 STEP_KEYS = ("name", "kind", "where", "where_not", "min", "collect", "within", "join", "distinct", "min_distinct",
@@ -198,7 +198,9 @@ class Correlation:
     priority: int = 0
     group: str | None = None
     fold: bool = False
+    suspected: bool = False            # the cause is not in the logs: the cause step's event is a symptom
     ordered: bool = False
+    slack: float = 1.0                 # ordered steps may be out of order by this much (sources' precision)
     join: Join = Join()
     explains: tuple[str, ...] = ()
     roles: tuple[tuple[str, str], ...] = ()
@@ -541,7 +543,11 @@ class _Reader:
         prio = self.integer(m["priority"], f"priority of {owner}") if "priority" in m else 0
         group = self.string(m["group"], f"group of {owner}") if "group" in m else None
         fold = self.boolean(m["fold"], f"fold of {owner}") if "fold" in m else False
+        suspected = self.boolean(m["suspected"], f"suspected of {owner}") if "suspected" in m else False
+        if suspected and "kind" not in m:
+            self.add(m["suspected"], f"{owner} is `suspected`: it needs the suspected cause's `kind`")
         ordered = self.boolean(m["ordered"], f"ordered of {owner}") if "ordered" in m else False
+        slack = self.duration(m["slack"], f"slack of {owner}") if "slack" in m else 1.0
         window = self.duration(m["window"], f"window of {owner}") if "window" in m else None
         join = self.join(m["join"], f"join of {owner}") if "join" in m else Join()
         steps: list[Step] = []
@@ -571,7 +577,7 @@ class _Reader:
         for e in explains:
             if e not in names:
                 self.add(m["explains"], f"explains of {owner}: no step '{e}'")
-            elif e == cause:
+            elif e == cause and not suspected:
                 self.add(m["explains"], f"explains of {owner}: '{e}' is the cause; a cause does not explain itself")
         roles: list[tuple[str, str]] = []
         if "roles" in m:
@@ -620,8 +626,9 @@ class _Reader:
         return Correlation(
             id=cid, title=" ".join(title.split()), confidence=conf, anchor=anchor, cause=cause, window=window,
             steps=tuple(steps), statement=statement, pack=pack, location=self.loc(node), description=desc,
-            kind=kind, priority=prio or 0, group=group, fold=fold, ordered=ordered, join=join,
-            explains=tuple(e for e in explains if e in names and e != cause), roles=tuple(roles),
+            kind=kind, priority=prio or 0, group=group, fold=fold, suspected=suspected, ordered=ordered,
+            slack=slack if slack is not None else 1.0, join=join,
+            explains=tuple(e for e in explains if e in names and (e != cause or suspected)), roles=tuple(roles),
             coverage=tuple(coverage), against=tuple(against), downgrade=downgrade, headline=headline or "",
             fold_statement=fold_stmt or "", alternatives=alts, next_steps=steps_t, references=refs,
             fixtures=fixtures)
@@ -828,7 +835,7 @@ def sort_events(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def views(events: pl.DataFrame, enrich: Any = None) -> list[EventView]:
-    """EventViews of a frame (sorted first). `enrich(kind, fields) -> fields` may add derived fields."""
+    """EventViews of a frame (sorted first). `enrich(kind, fields, message) -> fields` may add derived fields."""
     out: list[EventView] = []
     for i, r in enumerate(sort_events(events).iter_rows(named=True)):
         try:
@@ -839,7 +846,7 @@ def views(events: pl.DataFrame, enrich: Any = None) -> list[EventView]:
             fields = {}
         kind = r.get("kind") or ""
         if enrich is not None:
-            fields = enrich(kind, fields)
+            fields = enrich(kind, fields, r.get("message") or "")
         ts = r.get("ts")
         if ts is not None and ts.tzinfo is None:
             ts = ts.replace(tzinfo=timezone.utc)
@@ -1091,9 +1098,9 @@ def match_at(tl: Timeline, c: Correlation, anchor: EventView, used_unique: set[i
         w = s.within if s.within is not None else c.window
         lo, hi = anchor.t - w, anchor.t + w
         if lo_bound is not None:
-            lo = max(lo, lo_bound)
+            lo = max(lo, lo_bound - c.slack)
         if hi_bound is not None:
-            hi = min(hi, hi_bound)
+            hi = min(hi, hi_bound + c.slack)
         join = s.join if s.join is not None else c.join
         cands = [e for e in _candidates(tl, s, anchor, lo, hi, join, s.untimed)
                  if e.seq not in taken and not (s.unique and e.seq in used_unique)]
@@ -1297,7 +1304,8 @@ def _finding(m: Match) -> Finding:
     evs = m.all_events()
     others = sorted((e for e in evs if e.seq != cause.seq), key=lambda e: (e.t is None, e.t or 0.0, e.seq))
     step_of = {e.seq: name for name, es in m.bound for e in es}
-    ev_for = [evidence_of(cause, f"{c.cause}: {cause.title or cause.kind}")]
+    ev_for = [evidence_of(cause, f"{c.cause}: {cause.title or cause.kind}"
+                          + (" (what it shows needs explaining; the cause is not in the logs)" if c.suspected else ""))]
     ev_for += [evidence_of(e, f"{step_of[e.seq]}: {e.title or e.kind}") for e in others]
     ev_against = [evidence_of(e, fill(ag.note, vals) if ag.note else f"{ag.name}: {e.title or e.kind}")
                   for ag, e in m.against]
@@ -1306,13 +1314,13 @@ def _finding(m: Match) -> Finding:
         confidence = c.downgrade
     explained = []
     for name in c.explains:
-        explained += [e for e in m.events(name) if e.seq != cause.seq]
+        explained += [e for e in m.events(name) if e.seq != cause.seq or c.suspected]
     explained.sort(key=lambda e: (e.t is None, e.t or 0.0, e.seq))
     role_of = dict(c.roles)
-    roles = [(cause.id, "cause")]
+    roles = [] if c.suspected else [(cause.id, "cause")]
     for name in c.explains:
         for e in m.events(name):
-            if e.seq != cause.seq:
+            if e.seq != cause.seq or c.suspected:
                 roles.append((e.id, role_of.get(name, "symptom")))
     for name, r in c.roles:
         if name not in c.explains:
@@ -1320,7 +1328,7 @@ def _finding(m: Match) -> Finding:
     steps = tuple(dict.fromkeys(fill(s, vals) for s in c.next_steps))
     concl = Conclusion(
         rule=c.id, kind=c.kind or cause.kind, confidence=confidence, statement=fill(c.statement, vals),
-        cause_event=cause.id, explains=tuple(dict.fromkeys(e.id for e in explained)),
+        cause_event=None if c.suspected else cause.id, explains=tuple(dict.fromkeys(e.id for e in explained)),
         evidence_for=tuple(ev_for), evidence_against=tuple(ev_against),
         alternatives=tuple(fill(a, vals) for a in c.alternatives), next_steps=steps,
         unit=vals["unit"])
@@ -1455,6 +1463,133 @@ def findings(events: pl.DataFrame, correlations: Sequence[Correlation] | None = 
     evs = views(events, enricher(kn))
     cov = sources if isinstance(sources, Coverage) else Coverage(sources) if sources is not None else None
     return correlate_views(evs, corrs, cov)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# fixture timelines: small YAML files of events, the regression samples of each correlation
+
+
+@dataclass(frozen=True)
+class TimelineFixture:
+    path: str
+    description: str
+    events: pl.DataFrame
+    coverage: Coverage | None          # from `sources:`; None = what the events show
+    expect: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]   # correlation id -> expected attributes
+
+
+_TL_KEYS = ("description", "host", "date", "sources", "events", "expect")
+_TL_EVENT_KEYS = ("at", "kind", "host", "unit", "pid", "fields", "severity", "role", "rule", "title", "message",
+                  "path", "line", "ts_source", "format")
+_TL_SOURCE_KEYS = ("path", "format", "host", "log", "unit", "first", "last", "records", "untimed")
+_TL_EXPECT_KEYS = ("confidence", "kind", "explains", "cause", "statement_contains", "unit")
+_DEFAULT_SEVERITY = {"cause": "error", "symptom": "warning", "context": "info"}
+
+
+def _fixture_time(value: Any, date: str) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    text = str(value).strip()
+    if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?", text):
+        text = f"{date} {text}"
+    t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def load_timeline(path: Path | str) -> TimelineFixture:
+    """A fixture timeline (see tests/fixtures/timelines/README.md). Raises CorrelationError with file:line."""
+    from .rulepacks import KINDS
+
+    p = Path(path)
+    r = _Reader(str(p), p.read_text(encoding="utf-8"), KINDS)
+    try:
+        root = r.loader.get_single_node()
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise CorrelationError([(str(p), (mark.line + 1) if mark else 1, f"not valid YAML: {getattr(e, 'problem', e)}")])
+    top = r.mapping(root, "a timeline", _TL_KEYS) if root is not None else None
+    if top is None or "events" not in top or not isinstance(top["events"], yaml.SequenceNode):
+        r.add(root if root is not None else 1, "a timeline needs `events:` (a list)")
+        raise CorrelationError(r.errors)
+    host = r.value(top["host"]) if "host" in top else "host1"
+    date = str(r.value(top["date"])) if "date" in top else "2025-05-25"
+    rows = []
+    for i, en in enumerate(top["events"].value, start=1):
+        m = r.mapping(en, f"event {i}", _TL_EVENT_KEYS)
+        if m is None:
+            continue
+        v = {k: r.value(n) for k, n in m.items()}
+        kind = v.get("kind")
+        if kind not in KINDS:
+            r.add(en, f"event {i}: unknown or missing kind {kind!r}")
+            continue
+        role = v.get("role") or KINDS[kind].value
+        path_ = v.get("path") or "fixture.log"
+        try:
+            ts = _fixture_time(v.get("at"), date)
+        except ValueError:
+            r.add(en, f"event {i}: bad time {v.get('at')!r} (use HH:MM:SS or an ISO date-time)")
+            continue
+        fields = v.get("fields") or {}
+        if not isinstance(fields, dict):
+            r.add(en, f"event {i}: fields must be a mapping")
+            continue
+        unit = v.get("unit", fields.get("unit"))
+        rows.append({
+            "ts": ts, "ts_source": v.get("ts_source") or ("none" if ts is None else "exact"), "kind": kind,
+            "rule": v.get("rule") or f"fixture.{kind}", "severity": v.get("severity") or _DEFAULT_SEVERITY[role],
+            "role": role, "host": v.get("host", host), "unit": unit, "pid": v.get("pid"),
+            "title": v.get("title") or kind, "fields": json.dumps(fields, sort_keys=True),
+            "message": v.get("message") or v.get("title") or kind, "source_id": "fx" + _short(path_),
+            "path": path_, "line": int(v.get("line") or en.start_mark.line + 1),
+            "line_end": int(v.get("line") or en.start_mark.line + 1), "format": v.get("format") or "fixture"})
+    coverage = None
+    if "sources" in top:
+        spans = []
+        for sn in top["sources"].value if isinstance(top["sources"], yaml.SequenceNode) else []:
+            m = r.mapping(sn, "a source", _TL_SOURCE_KEYS)
+            if m is None:
+                continue
+            v = {k: r.value(n) for k, n in m.items()}
+            if v.get("log") not in ("kernel", "systemd", "service"):
+                r.add(sn, "a source needs `log:` kernel, systemd or service")
+                continue
+            spans.append(SourceSpan(path=v.get("path") or "fixture.log", format=v.get("format") or "fixture",
+                                    host=v.get("host", host), log=v["log"], unit=v.get("unit"),
+                                    first=_fixture_time(v.get("first"), date), last=_fixture_time(v.get("last"), date),
+                                    records=int(v.get("records") or 1), untimed=int(v.get("untimed") or 0)))
+        coverage = Coverage(spans)
+    expect = []
+    if "expect" in top:
+        for cid, en in (r.mapping(top["expect"], "expect") or {}).items():
+            m = r.mapping(en, f"expect.{cid}", _TL_EXPECT_KEYS)
+            if m is not None:
+                expect.append((cid, tuple((k, r.value(n)) for k, n in m.items())))
+    if r.errors:
+        raise CorrelationError(r.errors)
+    from .schema import EVENT_SCHEMA
+
+    df = pl.DataFrame(rows, schema=EVENT_SCHEMA) if rows else pl.DataFrame(schema=EVENT_SCHEMA)
+    desc = " ".join(str(r.value(top["description"])).split()) if "description" in top else ""
+    return TimelineFixture(path=str(p), description=desc, events=df, coverage=coverage, expect=tuple(expect))
+
+
+def _short(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:14]
+
+
+def check_fixture(fx: TimelineFixture, correlations: Sequence[Correlation], knowledge: Any = None) -> list[Finding]:
+    """The findings of all `correlations` over one fixture timeline."""
+    return findings(fx.events, correlations, fx.coverage, knowledge)
+
+
+def fired(found: Sequence[Finding], correlation_id: str) -> list[Finding]:
+    """The findings a correlation contributed to (as the winner or merged into another)."""
+    return [f for f in found if correlation_id in f.rules]
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import polars as pl
 from .formats import FORMATS, TEXT, LineFormat, StructuredFormat
 from .formats.base import Continuation
 
-SYSLOG_NAMES = re.compile(r"^(syslog|messages|kern\.log|auth\.log|daemon\.log|user\.log)([.\-]\d+)?(\.(gz|bz2|xz))?$")
+SYSLOG_NAMES = re.compile(r"^(syslog|messages|kern|auth|daemon|user)\b")
 SAMPLE_LINES = 4000
 # formats that appear inside another format's files, maybe only after the sampled head
 COMPANIONS = {"sglang": ("uvicorn", "glog", "flashinfer-jit"), "journal-short": ("generic-syslog",),

@@ -13,9 +13,7 @@
 4. Casts, derived fields and lookups run in Python on the matched rows only; `fields` is a JSON object
    with sorted keys.
 
-An event's `line` is the line where the match begins inside a multi-line record (a traceback glued to the
-record before it still points at its own line), widened to the earliest context line; `line_end` is the
-record's last line, widened to the last context line.
+An event's `line`..`line_end` are its record's, widened to the context records merged into it.
 """
 
 from __future__ import annotations
@@ -431,17 +429,6 @@ def _compiled(pattern: str) -> regex.Pattern:
     return rx
 
 
-def _start_line(pattern: str, message: str, line: int, line_end: int) -> int:
-    """The line where the pattern's match begins inside a multi-line record."""
-    try:
-        m = _compiled(pattern).search(message, timeout=REGEX_TIMEOUT)
-    except TimeoutError:
-        return line
-    if m is None:
-        return line
-    return min(line + message.count("\n", 0, m.start()), line_end)
-
-
 @dataclass
 class _Found:
     """A rule's match on one record while an event is assembled (internal, mutable)."""
@@ -474,19 +461,10 @@ def _context_fields(rule: Rule, anchors: pl.DataFrame, cand: pl.DataFrame, keys:
         # 1. inside the anchor record itself (a multi-line record holding the whole report)
         inside = _extract(anchors, c.pattern, Engine.POLARS, groups)
         done: set[int] = set()
-        if inside.height:
-            multi = anchors.filter(pl.col(ROW).is_in(inside[ROW].implode())).select(ROW, "message", "line",
-                                                                                   "line_end")
-            where = {r: (m, a, b) for r, m, a, b in multi.iter_rows()}
-            for row_d in inside.iter_rows(named=True):
-                row = row_d.pop(ROW)
-                f = found[row]
-                _merge(f, row_d, c)
-                msg, a, b = where[row]
-                if b > a:
-                    ln = _start_line(c.pattern, msg, a, b)
-                    f.line, f.line_end = min(f.line, ln), max(f.line_end, ln)
-                done.add(row)
+        for row_d in inside.iter_rows(named=True):
+            row = row_d.pop(ROW)
+            _merge(found[row], row_d, c)
+            done.add(row)
         # 2. the nearest matching record before / after, same source and host (and `same` columns)
         rows = keys.get(_Key(rule_index, j))
         todo = anchors.filter(~pl.col(ROW).is_in(list(done)))
@@ -571,8 +549,118 @@ def _as_pid(v: Any) -> int | None:
         return None
 
 
-def match_records(records: pl.DataFrame, rules: RuleSet, *, regex_timeout: float = REGEX_TIMEOUT) -> pl.DataFrame:
-    """Apply every rule to the records (RECORD_SCHEMA); events in EVENT_SCHEMA sorted by (path, line, rule)."""
+def _fields_json(fields: Mapping[str, Any]) -> str:
+    return json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+# -- the vectorised path: rules whose fields need no Python (no context, no derive, simple casts)
+
+_VECTOR_CASTS = ("int", "float", "str", "lower", "signal")
+_SIGNAL_NAMES = {str(k): v for k, v in _SIGNALS.items()}
+
+
+def vectorisable(rule: Rule) -> bool:
+    return (rule.engine is Engine.POLARS and not rule.context and not rule.derive
+            and all(c in _VECTOR_CASTS for _, c in rule.casts))
+
+
+def _cast_expr(name: str, cast: str | None) -> pl.Expr:
+    col = pl.col(name)
+    if cast == "int":
+        return col.str.strip_chars().cast(pl.Int64, strict=False)
+    if cast == "float":
+        return col.str.strip_chars().cast(pl.Float64, strict=False)
+    if cast == "lower":
+        return col.str.to_lowercase()
+    if cast == "signal":
+        return (pl.when(col.str.contains(r"^\d+$")).then(col.replace(_SIGNAL_NAMES))
+                .otherwise(col.str.strip_prefix("SIG")))
+    return col
+
+
+def _title_expr(template: str, fields: Sequence[str]) -> pl.Expr:
+    """`render()` as a polars expression: fields, then the event columns, missing or null as `?`."""
+    import string
+
+    parts: list[pl.Expr] = []
+    for literal, name, _spec, _conv in string.Formatter().parse(template):
+        if literal:
+            parts.append(pl.lit(literal))
+        if name is None:
+            continue
+        if name in ("unit", "pid"):
+            parts.append(pl.col(f"__e_{name}").cast(pl.String).fill_null("?"))
+        elif name in fields:
+            parts.append(pl.col(f"__f_{name}").cast(pl.String).fill_null("?"))
+        elif name in ("host", "rank", "rule", "kind"):
+            parts.append(pl.col(f"__e_{name}").cast(pl.String).fill_null("?"))
+        else:
+            parts.append(pl.lit("?"))
+    return pl.concat_str(parts) if parts else pl.lit("")
+
+
+def _events_vectorised(rule: Rule, hits: pl.DataFrame, cand: pl.DataFrame) -> pl.DataFrame:
+    names = sorted(g for g in rule.groups if not g.startswith("_"))
+    casts = dict(rule.casts)
+    df = hits.select(ROW, *[_cast_expr(n, casts.get(n)).alias(f"__f_{n}") for n in names])
+    df = df.join(cand, on=ROW, how="left")
+    frags = [pl.when(pl.col(f"__f_{n}").is_not_null()).then(
+        pl.struct(pl.col(f"__f_{n}").alias(n)).struct.json_encode().str.slice(1).str.strip_suffix("}"))
+        for n in names]
+    fields = (pl.concat_str([pl.lit("{"), pl.concat_str(frags, separator=",", ignore_nulls=True), pl.lit("}")])
+              if frags else pl.lit("{}"))
+    unit = (pl.coalesce(pl.col("__f_unit"), pl.col("unit")) if "unit" in names else pl.col("unit"))
+    pid = (pl.coalesce(pl.col("__f_pid").cast(pl.Int64, strict=False), pl.col("pid")) if "pid" in names
+           else pl.col("pid"))
+    df = df.with_columns(unit.alias("__e_unit"), pid.alias("__e_pid"), pl.col("host").alias("__e_host"),
+                         pl.col("rank").alias("__e_rank"), pl.lit(rule.id).alias("__e_rule"),
+                         pl.lit(rule.kind).alias("__e_kind"))
+    return df.select(
+        "ts", "ts_source", pl.lit(rule.kind).alias("kind"), pl.lit(rule.id).alias("rule"),
+        pl.lit(rule.severity.value).alias("severity"), pl.lit(rule.role.value).alias("role"), "host",
+        pl.col("__e_unit").alias("unit"), pl.col("__e_pid").alias("pid"),
+        _title_expr(rule.title, names).alias("title"), fields.alias("fields"), "message", "source_id", "path",
+        "line", "line_end", "format",
+    ).cast(EVENT_SCHEMA)
+
+
+# -- the general path: context lookups, derived fields, lookups and rich casts in Python (few events)
+
+def _events_python(rule: Rule, found: dict[int, _Found], cand: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
+    rows = sorted(found)
+    recs = cand.filter(pl.col(ROW).is_in(rows)).select(ROW, "unit", "pid", "host", "rank")
+    info = {r: (u, p, h, k) for r, u, p, h, k in recs.iter_rows()}
+    out: dict[str, list[Any]] = {ROW: [], "__unit": [], "__pid": [], "title": [], "fields": [], "__line": [],
+                                 "__end": []}
+    for row in rows:
+        f = found[row]
+        r_unit, r_pid, host, rank = info[row]
+        fields = _finish_fields(rule, f.groups, rules)
+        unit = fields["unit"] if isinstance(fields.get("unit"), str) else r_unit
+        pid = _as_pid(fields["pid"]) if fields.get("pid") is not None else r_pid
+        values = {"host": host, "rank": rank, "rule": rule.id, "kind": rule.kind, **fields, "unit": unit, "pid": pid}
+        out[ROW].append(row)
+        out["__unit"].append(unit)
+        out["__pid"].append(pid)
+        out["title"].append(render(rule.title, values))
+        out["fields"].append(_fields_json(fields))
+        out["__line"].append(f.line)
+        out["__end"].append(f.line_end)
+    df = pl.DataFrame(out, schema={ROW: pl.UInt32, "__unit": pl.String, "__pid": pl.Int64, "title": pl.String,
+                                   "fields": pl.String, "__line": pl.Int64, "__end": pl.Int64})
+    df = df.join(cand, on=ROW, how="left")
+    return df.select(
+        "ts", "ts_source", pl.lit(rule.kind).alias("kind"), pl.lit(rule.id).alias("rule"),
+        pl.lit(rule.severity.value).alias("severity"), pl.lit(rule.role.value).alias("role"), "host",
+        pl.col("__unit").alias("unit"), pl.col("__pid").alias("pid"), "title", "fields", "message", "source_id",
+        "path", pl.col("__line").alias("line"), pl.col("__end").alias("line_end"), "format",
+    ).cast(EVENT_SCHEMA)
+
+
+def match_records(records: pl.DataFrame, rules: RuleSet, *, regex_timeout: float = REGEX_TIMEOUT,
+                  vectorise: bool = True) -> pl.DataFrame:
+    """Apply every rule to the records (RECORD_SCHEMA); events in EVENT_SCHEMA sorted by (path, line, rule).
+    `vectorise=False` sends every rule through the general (Python) path; the output is the same."""
     if records.height == 0 or not rules.rules:
         return empty_events()
     cols = [c for c in _REC_COLS if c in records.columns]
@@ -583,53 +671,27 @@ def match_records(records: pl.DataFrame, rules: RuleSet, *, regex_timeout: float
     cand, keys = _candidates(recs, rules)
     if cand.height == 0:
         return empty_events()
-    per_rule: list[tuple[Rule, dict[int, _Found]]] = []
+    parts: list[pl.DataFrame] = []
     for i, rule in enumerate(rules.rules):
         sub, hits = _rule_matches(rule, keys.get(_Key(i)), cand, regex_timeout)
         if hits.height == 0:
             continue
+        if vectorise and vectorisable(rule):
+            parts.append(_events_vectorised(rule, hits, cand))
+            continue
         anchors = sub.filter(pl.col(ROW).is_in(hits[ROW].implode()))
-        where = {r: (m, a, b) for r, m, a, b in anchors.select(ROW, "message", "line", "line_end").iter_rows()}
+        where = dict(zip(anchors[ROW].to_list(), zip(anchors["line"].to_list(), anchors["line_end"].to_list())))
         found: dict[int, _Found] = {}
         for d in hits.iter_rows(named=True):
             row = d.pop(ROW)
-            msg, a, b = where[row]
-            start = _start_line(rule.pattern, msg, a, b) if b > a else a
-            found[row] = _Found(row=row, groups=d, line=start, line_end=b)
+            a, b = where[row]
+            found[row] = _Found(row=row, groups=d, line=a, line_end=b)
         if rule.context:
             _context_fields(rule, anchors, cand, keys, i, found)
-        per_rule.append((rule, found))
-    if not per_rule:
+        parts.append(_events_python(rule, found, cand, rules))
+    if not parts:
         return empty_events()
-    rows_needed = sorted({r for _, f in per_rule for r in f})
-    info = {d[ROW]: d for d in cand.filter(pl.col(ROW).is_in(rows_needed)).iter_rows(named=True)}
-    out: dict[str, list[Any]] = {k: [] for k in EVENT_SCHEMA}
-    for rule, found in per_rule:
-        for row, f in found.items():
-            rec = info[row]
-            fields = _finish_fields(rule, f.groups, rules)
-            unit = fields.get("unit") if isinstance(fields.get("unit"), str) else rec["unit"]
-            pid = _as_pid(fields["pid"]) if fields.get("pid") is not None else rec["pid"]
-            values = {**fields, "unit": unit, "pid": pid, "host": rec["host"], "rank": rec["rank"],
-                      "rule": rule.id, "kind": rule.kind}
-            out["ts"].append(rec["ts"])
-            out["ts_source"].append(rec["ts_source"])
-            out["kind"].append(rule.kind)
-            out["rule"].append(rule.id)
-            out["severity"].append(rule.severity.value)
-            out["role"].append(rule.role.value)
-            out["host"].append(rec["host"])
-            out["unit"].append(unit)
-            out["pid"].append(pid)
-            out["title"].append(render(rule.title, values))
-            out["fields"].append(json.dumps(fields, sort_keys=True, ensure_ascii=False, default=str))
-            out["message"].append(rec["message"])
-            out["source_id"].append(rec["source_id"])
-            out["path"].append(rec["path"])
-            out["line"].append(f.line)
-            out["line_end"].append(f.line_end)
-            out["format"].append(rec["format"])
-    return pl.DataFrame(out, schema=EVENT_SCHEMA).sort(["path", "line", "rule"], nulls_last=True)
+    return pl.concat(parts).sort(["path", "line", "rule"], nulls_last=True, maintain_order=True)
 
 
 def event_fields(events: pl.DataFrame) -> list[dict[str, Any]]:
@@ -923,42 +985,59 @@ def why_not(rule: Rule, record: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class Explanation:
-    records: pl.DataFrame          # the parsed records of the input
-    events: pl.DataFrame           # what the rules extracted (EVENT_SCHEMA)
-    near: tuple[NearMiss, ...]     # best near misses, when no rule matched a record
+class RecordExplanation:
+    """One input record: the events rules extracted from it, or the rules that came closest."""
+
+    record: Mapping[str, Any]      # the record (RECORD_SCHEMA columns)
+    events: tuple[Mapping[str, Any], ...]
+    near: tuple[NearMiss, ...]
 
     @property
     def verdict(self) -> str:
-        if self.events.height:
+        """`match`, `near_miss` (some rule came close, or matched but did not apply) or `no_match`."""
+        if self.events:
             return "match"
-        if self.near and (self.near[0].reason or self.near[0].matched_literals):
-            return "near_miss"
-        return "no_match"
+        return "near_miss" if self.near else "no_match"
 
 
-def explain(records: pl.DataFrame, rules: RuleSet, *, top: int = 3) -> Explanation:
-    """Match the records; for records no rule matched, the rules that came closest."""
+@dataclass(frozen=True)
+class Explanation:
+    records: tuple[RecordExplanation, ...]
+
+    @property
+    def matched(self) -> bool:
+        return any(r.events for r in self.records)
+
+
+def nearest(rules: RuleSet, record: Mapping[str, Any], top: int = 3) -> tuple[NearMiss, ...]:
+    """The rules whose patterns came closest to the record's message: those that match but did not apply
+    first, then near misses above the threshold, best first."""
+    msg = record.get("message") or ""
+    scored: list[NearMiss] = []
+    for rule in rules.rules:
+        nm = near_miss(rule, msg)
+        if nm is None:
+            continue
+        if not nm.missing:
+            reason = why_not(rule, record) or "its context or casts produced no event"
+            scored.append(NearMiss(nm.rule, nm.kind, nm.matched, "", 1.0, nm.matched_literals, reason))
+        elif nm.score >= NEAR_RATIO and nm.matched_literals >= NEAR_MIN_LITERALS:
+            scored.append(nm)
+    scored.sort(key=lambda n: (bool(n.reason), n.score, n.matched_literals), reverse=True)
+    return tuple(scored[:top])
+
+
+def explain(records: pl.DataFrame, rules: RuleSet, *, focus_line: int | None = None, top: int = 3) -> Explanation:
+    """Match the records; per record (only the one holding `focus_line` when given) the events it produced,
+    or when none, the rules that came closest and where their patterns stopped matching."""
     events = match_records(records, rules)
-    near: list[NearMiss] = []
-    if records.height:
-        hit_lines = set()
-        for a, b in events.select("line", "line_end").iter_rows():
-            hit_lines.update(range(a, b + 1))
-        for rec in records.iter_rows(named=True):
-            if rec["line"] in hit_lines:
-                continue
-            msg = rec.get("message") or ""
-            scored: list[NearMiss] = []
-            for rule in rules.rules:
-                nm = near_miss(rule, msg)
-                if nm is None:
-                    continue
-                if not nm.missing:
-                    reason = why_not(rule, rec) or "its context or casts produced no event"
-                    scored.append(NearMiss(nm.rule, nm.kind, nm.matched, "", 1.0, nm.matched_literals, reason))
-                elif nm.score >= NEAR_RATIO and nm.matched_literals >= NEAR_MIN_LITERALS:
-                    scored.append(nm)
-            scored.sort(key=lambda n: (bool(n.reason), n.score, n.matched_literals), reverse=True)
-            near.extend(scored[:top])
-    return Explanation(records=records, events=events, near=tuple(near))
+    out: list[RecordExplanation] = []
+    ev_rows = list(events.iter_rows(named=True))
+    for rec in records.iter_rows(named=True):
+        a, b = rec["line"], rec["line_end"] if rec.get("line_end") is not None else rec["line"]
+        if focus_line is not None and not (a <= focus_line <= b):
+            continue
+        mine = tuple(e for e in ev_rows if e["path"] == rec["path"] and e["line"] <= b and e["line_end"] >= a
+                     and (e["line"] == a or e["line_end"] == b or e["line"] <= a <= e["line_end"]))
+        out.append(RecordExplanation(rec, mine, () if mine else nearest(rules, rec, top)))
+    return Explanation(tuple(out))

@@ -561,7 +561,8 @@ class _Reader:
             if allowed is not None and key not in allowed:
                 hint = difflib.get_close_matches(key, allowed, n=1)
                 fix = f" (did you mean '{hint[0]}'?)" if hint else f" (allowed: {', '.join(allowed)})"
-                self.err.add(k, f"unknown key '{key}' in {what}{owner}{fix}")
+                where = (owner.strip()[3:] if what == "a rule" else f"{what} of {owner.strip()[3:]}") if owner else what
+                self.err.add(k, f"unknown key '{key}' in {where}{fix}")
                 continue
             out[key] = v
         return out
@@ -774,7 +775,7 @@ class _Reader:
         got: dict[str, tuple[Example, ...]] = {}
         for key in EXAMPLES_KEYS:
             if key not in m:
-                self.err.add(node, f"rule{owner} needs at least one `examples.{key}` example "
+                self.err.add(node, f"{owner.strip()[3:] or 'rule (no id)'} needs at least one `examples.{key}` example "
                                    f"({'a real line it must match' if key == 'match' else 'a close real line it must not match'})")
                 got[key] = ()
                 continue
@@ -834,16 +835,20 @@ class _Reader:
 
     # -- a rule
     def rule(self, node: yaml.Node, pack: str, lookups_used: dict[str, Location]) -> Rule | None:
-        m = self.mapping(node, "a rule", RULE_KEYS)
+        rid = None
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if isinstance(k, yaml.ScalarNode) and k.value == "id":
+                    rid = self.string(v, "rule id")
+        owner = f" in rule '{rid}'" if rid else ""
+        m = self.mapping(node, "a rule", RULE_KEYS, owner)
         if m is None:
             return None
-        rid = self.string(m["id"], "rule id") if "id" in m else None
-        owner = f" in rule '{rid}'" if rid else ""
         if rid is not None and not _ID.match(rid):
             self.err.add(m["id"], f"rule id '{rid}' must be lower case letters, digits, '.', '_' or '-'")
         missing = [k for k in RULE_REQUIRED if k not in m]
         if missing:
-            self.err.add(node, f"rule{owner or ' (no id)'} is missing {', '.join(missing)}")
+            self.err.add(node, f"rule {repr(rid) if rid else '(no id)'} is missing {', '.join(missing)}")
         kind = None
         if "kind" in m:
             kind = self.string(m["kind"], "kind")
@@ -1003,7 +1008,7 @@ def _read_pack(path: Path, known_kinds: Mapping[str, Role]) -> tuple[RulePack | 
         return None, [(display_path(path), 1, f"cannot read: {e}")], {}
     reader = _Reader(display_path(path), text, known_kinds)
     pack = reader.pack()
-    return pack, reader.err.items, getattr(reader, "_used_lookups", {})
+    return pack, sorted(reader.err.items, key=lambda e: e[1]), getattr(reader, "_used_lookups", {})
 
 
 def pack_files(directory: Path) -> list[Path]:

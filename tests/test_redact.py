@@ -9,8 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fixtures.incident_fixture import seed_incident, seed_reader
-from render_payloads import SECRETS, private_incident
+from fixtures.incident_fixture import SECRETS, private_incident, seed_incident, seed_reader
 
 from forensics.redact import RedactionError, RedactionMap, Redactor
 from forensics.render import ReportOptions, render_report

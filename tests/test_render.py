@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 from conftest import check_golden
-from fixtures.incident_fixture import seed_incident, seed_reader
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from markdown_it import MarkdownIt
-from render_payloads import PAYLOAD, hostile_incident
+from fixtures.incident_fixture import PAYLOAD, hostile_incident, seed_incident, seed_reader
 
 from forensics.model import Evidence
 from forensics.render import ReportOptions, render_report
-from forensics.render.mdsafe import code, fence, inline, prose
+from forensics.render.mdsafe import code, fence, inline, prose, visible
 
 GOLDEN = Path(__file__).parent / "golden" / "report"
 OPTS = ReportOptions(tz="Europe/Berlin", tool_version="0.0.0-test", source_reader=seed_reader,
@@ -173,10 +174,10 @@ def test_over_the_limit_the_appendix_is_trimmed_with_a_note() -> None:
     inc, n = _big_incident()
     opts = replace(OPTS, source_reader=None)
     full = render_report([inc], "md", replace(opts, max_chars=0))
-    assert len(full) > 65_536 and "Trimmed to fit" not in full and f"line {n - 1} " in full
+    assert len(full) > 65_536 and "trimmed to fit" not in full and f"line {n - 1} " in full
     trimmed = render_report([inc], "md", opts)
     assert len(trimmed) <= 65_536
-    assert "Trimmed to fit 65,536 characters: the appendix shows" in trimmed
+    assert "cited excerpts shown: the report is trimmed to fit 65,536 characters" in trimmed
     assert "--max-chars 0" in trimmed
     assert f"line {n - 1} " not in trimmed
     # everything before the appendix is whole
@@ -211,3 +212,47 @@ def test_payload_in_user_template_is_still_escaped(tmp_path: Path) -> None:
     md = render_report([hostile_incident()], "md", replace(OPTS, template_dir=tmp_path))
     assert "<script>" not in md and "\\<script\\>" in md
     assert PAYLOAD  # used
+
+
+def test_a_huge_timeline_is_trimmed_before_the_analysis() -> None:
+    inc = seed_incident()
+    base = inc.events[0]
+    noise = tuple(replace(base, id=f"{base.id}:{i}", kind="decode_stats", rule=f"sglang.decode_{i % 7}",
+                          severity="info", role="context", line=1000 + i, line_end=1000 + i,
+                          ts=f"2025-05-25T19:{i // 60 % 60:02d}:{i % 60:02d}.000000Z", message=f"decode batch {i}",
+                          title=f"decode batch {i}", explain=f"noise {i}") for i in range(3000))
+    inc = replace(inc, events=tuple(sorted((*inc.events, *noise), key=lambda e: (e.ts or "", e.path, e.line))))
+    text = render_report([inc], "md", OPTS)
+    assert len(text) <= 65_536
+    for section in ("## Analysis", "## Recommended actions", "## What the logs do not show"):
+        assert section in text
+    assert "more context row" in text and "**root cause**" in text
+    assert "| ≈20:17:18.526 |" in text      # the root cause row survives
+
+
+def _walk(tokens: list) -> list:  # noqa: ANN001
+    out = []
+    for t in tokens:
+        out.append(t)
+        if t.children:
+            out.extend(_walk(t.children))
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=200)
+       | st.text(alphabet="`*_[]()<>!|#&@:/.w-=+~$\\ \n\t1aZ", max_size=120))
+def test_escaped_text_never_becomes_markup(text: str) -> None:
+    parser = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
+    for src in (f"x {inline(text)} y", f"| a |\n|---|\n| {inline(text)} |", f"- {prose(text)}",
+                f"{inline(text)}\n"):
+        for t in _walk(parser.parse(src)):
+            assert t.type not in ("link_open", "image", "html_inline", "html_block", "heading_open",
+                                  "blockquote_open", "hr", "s_open"), (src, t.type)
+            if t.type == "text":
+                assert "://" not in t.content and "www." not in t.content and "@" not in t.content, src
+    tokens = parser.parse(fence(text))
+    assert [t.type for t in tokens] == ["fence"]
+    body = visible(text)
+    body = body[:-1] if body.endswith("\n") else body
+    assert tokens[0].content == body + "\n"

@@ -15,8 +15,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from fixtures.incident_fixture import seed_incident, seed_reader
-from render_payloads import hostile_incident
+from fixtures.incident_fixture import hostile_incident, seed_incident, seed_reader
 
 from forensics.render import ReportOptions, render_report
 

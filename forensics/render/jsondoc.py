@@ -26,6 +26,12 @@ def _sorted(obj: Any) -> Any:
     return obj
 
 
+def _event(e: Any) -> dict[str, Any]:
+    doc = to_jsonable(e)
+    doc["fields"] = _sorted(doc["fields"])
+    return doc
+
+
 def _incident(inc: Incident, iv: IncidentView, clock: Clock) -> dict[str, Any]:
     root_rule = inc.root_cause.rule if inc.root_cause else None
     events = {e.id: e for e in inc.events}
@@ -58,7 +64,7 @@ def _incident(inc: Incident, iv: IncidentView, clock: Clock) -> dict[str, Any]:
                      "symptoms": list(inc.symptoms)},
         "impact": impact,
         "timeline": timeline,
-        "events": [_sorted(to_jsonable(e)) for e in inc.events],
+        "events": [_event(e) for e in inc.events],
         "conclusions": conclusions,
         "configuration": [to_jsonable(c) for c in inc.configs],
         "environment": _sorted(dict(inc.environment)),

@@ -49,7 +49,7 @@ def _marker(x: float, y: float, row: TimelineRow) -> str:
     role = "cause" if (row.is_cause or row.is_root or row.role == "cause") else row.role
     colour = COLOURS.get(role, COLOURS["context"])
     if row.is_root:
-        return (f'<circle cx="{x:.1f}" cy="{y:.1f}" r="11" fill="none" stroke="{colour}" stroke-width="2"/>'
+        return (f'<circle cx="{x:.1f}" cy="{y:.1f}" r="11" fill="#ffffff" stroke="{colour}" stroke-width="2"/>'
                 f'<path d="M{x:.1f} {y - 7:.1f} L{x + 7:.1f} {y:.1f} L{x:.1f} {y + 7:.1f} L{x - 7:.1f} {y:.1f} Z" '
                 f'fill="{colour}"/>')
     if role == "cause":

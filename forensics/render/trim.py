@@ -1,35 +1,74 @@
 """Fitting Markdown into a size limit (a GitHub comment holds 65,536 characters).
 
-First the appendix's cited excerpts are dropped from the end, keeping as many as fit; only when
-the report is still too long is it cut at a line boundary (closing an open fence).
-Either way a note says what was left out and how to get everything (`--max-chars 0`).
+In order, until the report fits:
+1. the appendix's cited excerpts are dropped from the end, keeping as many as fit;
+2. timeline rows and key lines are dropped, context first, causes and symptoms last
+   (the summary, analysis, configuration, gaps and actions always stay);
+3. the report is cut at a line boundary, any open fence closed.
+Each step leaves a note saying what was left out and how to get everything (`--max-chars 0`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TypeVar
 
-from forensics.render.view import ReportView
+from forensics.render.view import IncidentView, KeyLine, ReportView, TimelineRow
+
+T = TypeVar("T", TimelineRow, KeyLine)
 
 
-def trim_note(view: ReportView, shown: int, total: int, limit: int) -> str:
+def trim_note(view: ReportView, limit: int) -> str:
     rerun = "run the same `forensics report` command with `--max-chars 0`"
     if view.single and not view.redacted:
         rerun = f"run `forensics report --incident {view.incidents[0].id} --max-chars 0`"
-    return (f"Trimmed to fit {limit:,} characters: the appendix shows {shown} of {total} cited excerpts. "
-            f"For everything, {rerun} (or use `--format html`).")
+    return f"the report is trimmed to fit {limit:,} characters. For everything, {rerun} (or use `--format html`)."
 
 
-def _limit_excerpts(view: ReportView, keep: int, limit: int) -> ReportView:
-    total = sum(iv.excerpts_total for iv in view.incidents)
-    incidents = []
-    left = keep
+def _priority(row: TimelineRow | KeyLine) -> int:
+    if row.is_root:
+        return 0
+    if row.role == "cause" or (isinstance(row, TimelineRow) and row.is_cause):
+        return 1
+    return 2 if row.role == "symptom" else 3
+
+
+def _keep(rows: Sequence[T], n: int) -> tuple[tuple[T, ...], int]:
+    """The `n` most important rows, in their original order, and how many were left out."""
+    if n >= len(rows):
+        return tuple(rows), 0
+    ranked = sorted(range(len(rows)), key=lambda i: (_priority(rows[i]), i))[:max(0, n)]
+    keep = set(ranked)
+    return tuple(r for i, r in enumerate(rows) if i in keep), len(rows) - len(keep)
+
+
+def _limit(view: ReportView, excerpts: int, rows: int | None, limit: int) -> ReportView:
+    incidents: list[IncidentView] = []
+    left = excerpts
     for iv in view.incidents:
         n = max(0, min(left, len(iv.excerpts)))
         left -= n
-        incidents.append(replace(iv, excerpts=iv.excerpts[:n]))
-    return replace(view, incidents=tuple(incidents), trim_note=trim_note(view, keep, total, limit))
+        iv = replace(iv, excerpts=iv.excerpts[:n])
+        if rows is not None:
+            timeline, t_out = _keep(iv.timeline, rows)
+            keys, k_out = _keep(iv.key_lines, rows)
+            iv = replace(iv, timeline=timeline, timeline_omitted=t_out, key_lines=keys, key_lines_omitted=k_out)
+        incidents.append(iv)
+    return replace(view, incidents=tuple(incidents), trim_note=trim_note(view, limit))
+
+
+def _largest(lo: int, hi: int, fits: Callable[[int], str | None]) -> str | None:
+    """The output for the largest n in [lo, hi] that fits (fits is monotone), by bisection."""
+    best = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        text = fits(mid)
+        if text is not None:
+            best, lo = text, mid + 1
+        else:
+            hi = mid - 1
+    return best
 
 
 def _close_fences(text: str) -> str:
@@ -61,19 +100,18 @@ def fit(view: ReportView, render: Callable[[ReportView], str], limit: int) -> st
     full = render(view)
     if limit <= 0 or len(full) <= limit:
         return full
+
+    def attempt(v: ReportView) -> str | None:
+        text = render(v)
+        return text if len(text) <= limit else None
+
     total = sum(len(iv.excerpts) for iv in view.incidents)
-    lo, hi = 0, total - 1           # the largest number of excerpts that fits, by bisection
-    best: str | None = None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        text = render(_limit_excerpts(view, mid, limit))
-        if len(text) <= limit:
-            best, lo = text, mid + 1
-        else:
-            hi = mid - 1
+    best = _largest(0, total - 1, lambda n: attempt(_limit(view, n, None, limit)))
     if best is not None:
         return best
-    smallest = render(_limit_excerpts(view, 0, limit))
-    note = (f"Trimmed to fit {limit:,} characters: the report is cut here and the appendix left out. "
-            f"For everything, run the same `forensics report` command with `--max-chars 0` (or use `--format html`).")
-    return _hard_cut(smallest, limit, note)
+    most = max((max(len(iv.timeline), len(iv.key_lines)) for iv in view.incidents), default=0)
+    best = _largest(0, most - 1, lambda n: attempt(_limit(view, 0, n, limit)))
+    if best is not None:
+        return best
+    note = ("Trimmed: the report is cut here and the rest left out, " + trim_note(view, limit))
+    return _hard_cut(render(_limit(view, 0, 0, limit)), limit, note)

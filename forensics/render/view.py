@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
 
 from forensics.model import Conclusion, Event, Evidence, Incident
 from forensics.render.data import Excerpt, ExcerptLine, ReportData
@@ -228,6 +227,8 @@ class IncidentView:
     sources: tuple[SourceView, ...]
     time_notes: tuple[TimeNote, ...]
     events_total: int
+    timeline_omitted: int = 0     # rows left out to fit a size limit
+    key_lines_omitted: int = 0
 
 
 @dataclass(frozen=True)
@@ -353,13 +354,13 @@ class _Builder:
         return tuple(rows)
 
     def key_lines(self) -> tuple[KeyLine, ...]:
-        groups: dict[tuple[str, str, str], list[Event]] = {}
+        groups: dict[tuple[str, str], list[Event]] = {}
         for e in self.i.events:
             if e.kind == "server_config" or not e.explain:
                 continue
             if e.role not in ("cause", "symptom") and e.severity not in KEY_SEVERITIES:
                 continue
-            groups.setdefault((e.rule, e.unit or "", e.message), []).append(e)
+            groups.setdefault((e.rule, e.unit or ""), []).append(e)
         out = []
         for evs in groups.values():
             e = evs[0]
@@ -517,6 +518,3 @@ def build_view(data: ReportData, options: ReportOptions, *, redacted: bool, svg_
                       zone_is_utc=clock.is_utc, tool_version=data.tool_version, rulepacks=data.rulepacks,
                       generated_at=options.generated_at, redacted=redacted, trim_note="", svg_slot=svg_slot)
 
-
-def first_time(view: IncidentView) -> datetime | None:
-    return next((parse_ts(r.time.iso) for r in view.timeline if r.time.iso), None)
