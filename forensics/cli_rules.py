@@ -312,6 +312,8 @@ def explain_cmd(line: str | None, file_: str | None, line_no: int | None, fmt: s
             "line": r.record["line"], "line_end": r.record["line_end"], "format": r.record["format"],
             "ident": r.record["ident"], "message": r.record["message"], "verdict": r.verdict,
             "events": [event_json(e) | {"title": e["title"]} for e in r.events],
+            "part_of": [{"rule": e["rule"], "kind": e["kind"], "line": e["line"], "line_end": e["line_end"]}
+                        for e in r.covered_by],
             "near": [{"rule": n.rule, "kind": n.kind, "matched": n.matched, "missing": n.missing,
                       "score": round(n.score, 3), "reason": n.reason, "text": n.describe()} for n in r.near],
         } for r in ex.records], indent=1))
@@ -332,7 +334,9 @@ def explain_cmd(line: str | None, file_: str | None, line_no: int | None, fmt: s
             if rule is not None:
                 vals = json.loads(e["fields"]) | {"unit": e["unit"], "pid": e["pid"], "host": e["host"]}
                 click.echo(f"    means:  {rule.render_explain(vals)}")
-        if not r.events:
+        for e in r.covered_by:
+            click.echo(f"  part of: {e['rule']} -> {e['kind']} (lines {e['line']}-{e['line_end']})")
+        if not r.events and not r.covered_by:
             if r.near:
                 for n in r.near:
                     click.echo(f"  {n.describe()}")

@@ -430,6 +430,7 @@ def enricher(kn: Knowledge) -> Callable[[str, dict[str, Any], str], dict[str, An
             if fam:
                 out.setdefault("sm_family", fam.architecture)
                 out.setdefault("sm_gpus", fam.gpus)
+                out.setdefault("gpus_desc", fam.gpus)
                 if fam.min_cuda:
                     out.setdefault("min_cuda", fam.min_cuda)
         if kind in ("oom_kill", "oom_invoked") or "constraint" in fields:
@@ -641,7 +642,7 @@ def review_configs(config_events: Sequence[EventView], kn: Knowledge, hw: Hardwa
             continue
         is_cmd = "server_args=" not in e.message
         key = (e.unit, e.host if e.unit is None else None)
-        score = (is_cmd, len(flags) if is_cmd else 0, e.t or 0.0, e.seq)
+        score = (is_cmd, e.format == "unit-file", len(flags) if is_cmd else 0, e.t or 0.0, -e.seq)
         if key not in best or score > best[key][0]:
             best[key] = (score, e, flags)
     out = []

@@ -257,7 +257,12 @@ def template_names(template: str) -> list[str]:
 
 def fill(template: str, values: Mapping[str, Any]) -> str:
     """Fill `{name}` and `{step.field}` placeholders; a missing or null value leaves the placeholder visible.
-    Never raises: a malformed template comes back as it is."""
+    Never raises: a malformed template comes back as it is. Runs of spaces are collapsed."""
+    out = _fill(template, values)
+    return out if "\n" in template else re.sub(r" {2,}", " ", out).strip()
+
+
+def _fill(template: str, values: Mapping[str, Any]) -> str:
     try:
         parts = list(string.Formatter().parse(template))
     except ValueError:
@@ -834,8 +839,11 @@ def sort_events(events: pl.DataFrame) -> pl.DataFrame:
     return events.sort(["ts", "path", "line", "rule"], nulls_last=True, maintain_order=True)
 
 
-def views(events: pl.DataFrame, enrich: Any = None) -> list[EventView]:
-    """EventViews of a frame (sorted first). `enrich(kind, fields, message) -> fields` may add derived fields."""
+def views(events: pl.DataFrame, enrich: Any = None,
+          host_gpus: Mapping[str, tuple[str | None, str]] | None = None) -> list[EventView]:
+    """EventViews of a frame (sorted first). `enrich(kind, fields, message) -> fields` may add derived fields;
+    `host_gpus` (host -> (sm, GPU name) as the logs show them) names the GPU of an architecture error
+    (`gpus_desc`) instead of the architecture's whole family."""
     out: list[EventView] = []
     for i, r in enumerate(sort_events(events).iter_rows(named=True)):
         try:
@@ -847,6 +855,10 @@ def views(events: pl.DataFrame, enrich: Any = None) -> list[EventView]:
         kind = r.get("kind") or ""
         if enrich is not None:
             fields = enrich(kind, fields, r.get("message") or "")
+        if host_gpus and fields.get("sm") and r.get("host") in host_gpus:
+            sm, name = host_gpus[r["host"]]
+            if sm in (None, fields["sm"]):
+                fields = {**fields, "gpus_desc": name}
         ts = r.get("ts")
         if ts is not None and ts.tzinfo is None:
             ts = ts.replace(tzinfo=timezone.utc)
@@ -927,14 +939,13 @@ class Coverage:
     def report(self, host: str | None, unit: str | None, at: datetime, since: datetime,
                until: datetime) -> CoverageReport:
         spans = [s for s in self.spans if s.host == host or s.host is None]
-        ingested: dict[str, list[str]] = {}
+        ingested: dict[str, dict[str, list[str]]] = {}
         notes: list[str] = []
         for s in spans:
             if s.first is not None and s.last is not None and s.first <= until and s.last >= since:
-                what = _LOG_WORDS[s.log] + (f" of {s.unit}" if s.unit and s.log != "kernel" else "")
-                ingested.setdefault(s.path, [])
-                if what not in ingested[s.path]:
-                    ingested[s.path].append(what)
+                units = ingested.setdefault(s.path, {}).setdefault(s.log, [])
+                if s.unit and s.log != "kernel" and s.unit not in units:
+                    units.append(s.unit)
         kernel_spans = [s for s in spans if s.log == "kernel"]
         kernel = any(s.first is not None and s.last is not None and s.first <= at
                      and s.last >= at - timedelta(seconds=5) for s in kernel_spans)
@@ -962,7 +973,9 @@ class Coverage:
         if not unit_output:
             missing.append(f"the service's own output (journalctl -u {unit})" if unit else
                            "the service's own output")
-        ing = tuple(f"{p} ({', '.join(ws)})" for p, ws in sorted(ingested.items()))
+        ing = tuple(f"{p} (" + ", ".join(_LOG_WORDS[log] + (f" of {', '.join(us)}" if us else "")
+                                          for log, us in sorted(logs.items())) + ")"
+                    for p, logs in sorted(ingested.items()))
         return CoverageReport(kernel=kernel, unit_output=unit_output, ingested=ing, missing=tuple(missing),
                               notes=tuple(dict.fromkeys(notes)))
 
@@ -1166,13 +1179,12 @@ def find_matches(tl: Timeline, c: Correlation, coverage: Coverage | None = None)
         m = match_at(tl, c, a, used_unique)
         if m is None:
             continue
-        if c.coverage:
-            since, until = kernel_window(a.ts)
-            rep = (coverage or Coverage([])).report(a.entities.get("host"), a.entities.get("unit"), a.ts, since, until)
-            state = {"kernel": rep.kernel, "unit_output": rep.unit_output}
-            if any(state[log] != (want == "present") for log, want in c.coverage):
-                continue
-            m = replace(m, coverage=rep)
+        since, until = kernel_window(a.ts)
+        rep = (coverage or Coverage([])).report(a.entities.get("host"), a.entities.get("unit"), a.ts, since, until)
+        state = {"kernel": rep.kernel, "unit_output": rep.unit_output}
+        if any(state[log] != (want == "present") for log, want in c.coverage):
+            continue
+        m = replace(m, coverage=rep)
         out.append(m)
         for e in m.all_events():
             used.add(e.seq)
@@ -1398,8 +1410,9 @@ def resolve(matches: Sequence[Match]) -> list[Finding]:
                                      x for x in f.conclusion.explains if x != wf.conclusion.cause_event)])))
                     wf = replace(wf, conclusion=wc, roles=_merge_roles(wf.roles, f.roles),
                                  event_ids=tuple(dict.fromkeys([*wf.event_ids, *f.event_ids])))
-                else:
-                    alt = (f"{c.title}: also consistent with the logs but less specific "
+                elif not c.suspected and f.conclusion.cause_event not in wf.event_ids:
+                    # a different explanation the logs also support (a fallback, or one the winner subsumes, is not)
+                    alt = (f"{c.title}: also consistent with the logs, less specific "
                            f"({f.conclusion.confidence.value}): {f.conclusion.statement}")
                     wf = replace(wf, conclusion=replace(wf.conclusion,
                                                         alternatives=(*wf.conclusion.alternatives, alt)))
@@ -1455,12 +1468,13 @@ def correlate_events(events: pl.DataFrame, correlations: Sequence[Correlation] |
 
 
 def findings(events: pl.DataFrame, correlations: Sequence[Correlation] | None = None,
-             sources: Coverage | Sequence[SourceSpan] | None = None, knowledge: Any = None) -> list[Finding]:
+             sources: Coverage | Sequence[SourceSpan] | None = None, knowledge: Any = None,
+             host_gpus: Mapping[str, tuple[str | None, str]] | None = None) -> list[Finding]:
     from .configreview import enricher, load_knowledge
 
     corrs = load_correlations() if correlations is None else correlations
     kn = load_knowledge() if knowledge is None else knowledge
-    evs = views(events, enricher(kn))
+    evs = views(events, enricher(kn), host_gpus)
     cov = sources if isinstance(sources, Coverage) else Coverage(sources) if sources is not None else None
     return correlate_views(evs, corrs, cov)
 

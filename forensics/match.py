@@ -291,6 +291,11 @@ def cast_flags(v: Any) -> dict[str, Any] | None:
     return parse_command_flags(s)
 
 
+def cast_command(v: Any) -> str:
+    """A command line as one line: backslash-newline continuations (and their indentation) joined."""
+    return re.sub(r"[ \t]*\\\n[ \t]*", " ", str(v)).strip()
+
+
 CASTS: dict[str, Callable[[Any], Any]] = {
     "int": cast_int,
     "float": lambda v: float(str(v).strip().replace(",", "")) if not isinstance(v, (int, float)) else float(v),
@@ -305,6 +310,7 @@ CASTS: dict[str, Callable[[Any], Any]] = {
     "sm_arch": cast_sm_arch,
     "cgroup_unit": cast_cgroup_unit,
     "lower": lambda v: str(v).lower(),
+    "command": cast_command,
 }
 assert set(CASTS) == set(CAST_NAMES), "forensics.rulepacks.CAST_NAMES and match.CASTS disagree"
 
@@ -726,8 +732,10 @@ def _same(expected: Any, got: Any) -> bool:
     """Expected example field == extracted field (numbers compared as numbers, dicts as subsets)."""
     if isinstance(expected, bool) or isinstance(got, bool):
         return expected is got
+    if isinstance(expected, int) and isinstance(got, int):
+        return expected == got
     if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
-        return math.isclose(expected, got, rel_tol=1e-6, abs_tol=1e-9)
+        return math.isclose(expected, got, rel_tol=1e-9, abs_tol=1e-9)
     if isinstance(expected, dict) and isinstance(got, dict):
         return all(k in got and _same(v, got[k]) for k, v in expected.items())
     return expected == got
@@ -989,13 +997,14 @@ class RecordExplanation:
     """One input record: the events rules extracted from it, or the rules that came closest."""
 
     record: Mapping[str, Any]      # the record (RECORD_SCHEMA columns)
-    events: tuple[Mapping[str, Any], ...]
+    events: tuple[Mapping[str, Any], ...]            # events that start at (or, with a focus line, cover) it
     near: tuple[NearMiss, ...]
+    covered_by: tuple[Mapping[str, Any], ...] = ()   # multi-record events this record is a later part of
 
     @property
     def verdict(self) -> str:
         """`match`, `near_miss` (some rule came close, or matched but did not apply) or `no_match`."""
-        if self.events:
+        if self.events or self.covered_by:
             return "match"
         return "near_miss" if self.near else "no_match"
 
@@ -1029,15 +1038,26 @@ def nearest(rules: RuleSet, record: Mapping[str, Any], top: int = 3) -> tuple[Ne
 
 def explain(records: pl.DataFrame, rules: RuleSet, *, focus_line: int | None = None, top: int = 3) -> Explanation:
     """Match the records; per record (only the one holding `focus_line` when given) the events it produced,
-    or when none, the rules that came closest and where their patterns stopped matching."""
+    or when none, the rules that came closest and where their patterns stopped matching. Without a focus
+    line an event is listed once, at the first record it spans; later records it spans are `covered_by` it."""
     events = match_records(records, rules)
     out: list[RecordExplanation] = []
     ev_rows = list(events.iter_rows(named=True))
+    listed: set[int] = set()
     for rec in records.iter_rows(named=True):
-        a, b = rec["line"], rec["line_end"] if rec.get("line_end") is not None else rec["line"]
+        a = rec["line"]
+        b = rec["line_end"] if rec.get("line_end") is not None else a
         if focus_line is not None and not (a <= focus_line <= b):
             continue
-        mine = tuple(e for e in ev_rows if e["path"] == rec["path"] and e["line"] <= b and e["line_end"] >= a
-                     and (e["line"] == a or e["line_end"] == b or e["line"] <= a <= e["line_end"]))
-        out.append(RecordExplanation(rec, mine, () if mine else nearest(rules, rec, top)))
+        span = [i for i, e in enumerate(ev_rows) if e["path"] == rec["path"] and e["line"] <= b and e["line_end"] >= a]
+        if focus_line is not None:
+            mine, covered = span, []
+        else:
+            mine = [i for i in span if i not in listed]
+            covered = [i for i in span if i in listed]
+            listed.update(mine)
+        evs = tuple(ev_rows[i] for i in mine)
+        cov = tuple(ev_rows[i] for i in covered)
+        near = () if evs or cov else nearest(rules, rec, top)
+        out.append(RecordExplanation(rec, evs, near, cov))
     return Explanation(tuple(out))

@@ -122,7 +122,7 @@ KINDS: dict[str, Role] = {
 
 # Field casts the engine implements (`forensics.match.CASTS`; a test keeps the two in step).
 CAST_NAMES = ("int", "float", "str", "bool", "kb", "bytes", "duration", "duration_ms", "flags", "signal",
-              "sm_arch", "cgroup_unit", "lower")
+              "sm_arch", "cgroup_unit", "lower", "command")
 
 # Placeholders every title / explain / next_steps template may use besides the rule's own fields.
 STANDARD_PLACEHOLDERS = ("unit", "host", "pid", "since", "until", "ts", "path", "line", "rank", "rule", "kind")
@@ -536,6 +536,7 @@ class _Reader:
         self.err = _Errors(path)
         self.kinds = dict(known_kinds)
         self.loader = yaml.SafeLoader(text)
+        self.key_line: dict[int, int] = {}     # id(value node) -> line of its key
 
     # -- primitives
     def loc(self, node: yaml.Node) -> Location:
@@ -565,6 +566,7 @@ class _Reader:
                 self.err.add(k, f"unknown key '{key}' in {where}{fix}")
                 continue
             out[key] = v
+            self.key_line[id(v)] = k.start_mark.line + 1
         return out
 
     def string(self, node: yaml.Node, what: str, allow_empty: bool = False) -> str | None:
@@ -775,7 +777,8 @@ class _Reader:
         got: dict[str, tuple[Example, ...]] = {}
         for key in EXAMPLES_KEYS:
             if key not in m:
-                self.err.add(node, f"{owner.strip()[3:] or 'rule (no id)'} needs at least one `examples.{key}` example "
+                self.err.add(self.key_line.get(id(node), node),
+                             f"{owner.strip()[3:] or 'rule (no id)'} needs at least one `examples.{key}` example "
                                    f"({'a real line it must match' if key == 'match' else 'a close real line it must not match'})")
                 got[key] = ()
                 continue

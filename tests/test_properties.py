@@ -87,6 +87,9 @@ def test_ingest_never_raises_on_arbitrary_bytes(tmp_path: Path, data: bytes) -> 
         return
     e = rep.results[0].entry
     n = 0 if not data else data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    if rep.results[0].entry and e.lines != n:  # a compressed stream: its lines are the decompressed ones
+        assert data[:2] in (b"\x1f\x8b", b"BZ", b"\xfd7", b"\x28\xb5")
+        return
     assert e.lines == n
 
 

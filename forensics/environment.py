@@ -1,0 +1,206 @@
+"""Environment fingerprint: what the logs show of a host's hardware and software stack.
+
+GPU model, count and SM, driver (the NVRM banner), CUDA (driver, toolkit, PyTorch build), torch, flashinfer,
+sglang and python versions, kernel. Read from the events (architecture errors name the SM) and from the
+records, through a literal prefilter (`Linux version`, `NVRM: loading NVIDIA`, `site-packages/`, ...), so a
+large store is scanned once. Every value says where it came from (`path:line`); inferred values say so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import polars as pl
+
+from .configreview import Hardware, Knowledge, normalize_sm
+from .correlate import EventView
+
+LITERALS = ("Linux version", "NVRM: loading", "Driver Version", "CUDA Version", "Cuda compilation tools",
+            "site-packages/", "torch==", "torch ", "flashinfer", "sglang==", "sglang ", "NVIDIA ", "capability sm_",
+            "avail mem=", "nvidia 0000:", "NVRM: GPU at PCI", "Unsupported gpu architecture", "/cuda-", "PCIe-only",
+            "+cu1")
+
+# (key, pattern, how to print the match); the first group is the value
+PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("kernel", re.compile(r"Linux version (\S+)"), "{}"),
+    ("driver", re.compile(r"NVRM: loading NVIDIA UNIX (?:Open )?(?:\S+ )?Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)"),
+     "{}"),
+    ("driver", re.compile(r"Driver Version:\s*(\d+\.\d+(?:\.\d+)?)"), "{}"),
+    ("cuda_driver", re.compile(r"CUDA Version:\s*(\d+\.\d+)"), "{} (driver)"),
+    ("nvcc", re.compile(r"Cuda compilation tools, release (\d+\.\d+)"), "{}"),
+    ("cuda_torch", re.compile(r"\btorch[=\- ]+\d+\.\d+\.\d+\+cu(\d{3,4})\b"), "{}"),
+    ("cuda_toolkit", re.compile(r"/usr/local/cuda-(\d+\.\d+)/"), "{}"),
+    ("torch", re.compile(r"(?i)\b(?:py)?torch(?:==|-(?=\d)|\s+version:?\s+|\s+)v?(\d+\.\d+\.\d+(?:\+\w+)?)"), "{}"),
+    ("flashinfer", re.compile(r"(?i)\bflashinfer(?:-python)?(?:==|-(?=\d)|\s+version:?\s+|\s+)v?(\d+\.\d+\.\d+(?:\.?post\d+|rc\d+)?)"),
+     "{}"),
+    ("flashinfer", re.compile(r"\.cache/flashinfer/(\d+\.\d+\.\d+(?:\.?post\d+)?)/"), "{}"),
+    ("sglang", re.compile(r"(?i)\bsglang(?:==|-(?=\d)|\s+version:?\s+|\s+)v?(\d+\.\d+\.\d+(?:\.post\d+)?)"), "{}"),
+    ("python", re.compile(r"python(3\.\d+)/(?:site|dist)-packages/"), "{}"),
+    ("sm", re.compile(r"capability (sm_\d{2,3})"), "{}"),
+    ("interconnect", re.compile(r"(PCIe-only) GPUs"), "PCIe only (SGLang: custom allreduce disabled on PCIe-only GPUs)"),
+)
+_PCI = re.compile(r"(?:^nvidia |NVRM: GPU at PCI:|NVRM: Xid \(PCI:|NVRM: GPU )([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})")
+_AVAIL = re.compile(r"Load weight begin\. avail mem=(\d+(?:\.\d+)?) GB")
+_NVCC_REJECTS = re.compile(r"Unsupported gpu architecture '(compute_\d{2,3}[af]?)'")
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """Key -> value, with where each value was read (`path:line`, or how it was inferred)."""
+
+    values: tuple[tuple[str, str], ...]
+    sources: tuple[tuple[str, str], ...]
+    hardware: Hardware = Hardware()
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.values)
+
+    def get(self, key: str) -> str | None:
+        return dict(self.values).get(key)
+
+
+KEY_ORDER = ("host", "gpu", "sm", "driver", "cuda", "nvcc", "torch", "flashinfer", "sglang", "python", "kernel",
+             "interconnect")
+
+
+def _tp_count(ranks: Iterable[str | None]) -> int | None:
+    best = None
+    for r in ranks:
+        for m in re.finditer(r"\bTP(\d+)\b", r or ""):
+            n = int(m.group(1)) + 1
+            best = n if best is None or n > best else best
+    return best
+
+
+def fingerprint_records(records: pl.DataFrame, evs: Sequence[EventView], kn: Knowledge, host: str | None,
+                        ranks: Iterable[str | None] = ()) -> Fingerprint:
+    """The fingerprint from prefiltered records (columns message, path, line; any order) and the events."""
+    found: dict[str, tuple[str, str]] = {}
+    pcis: dict[str, str] = {}
+    gpu_hits: list[tuple[str, str]] = []
+    avail: list[float] = []
+    nvcc_rejects: dict[str, str] = {}
+    rows = records.select("message", "path", "line").iter_rows() if records.height else []
+    for message, path, line in rows:
+        where = f"{path}:{line}"
+        for ln in (message or "").split("\n"):
+            for key, rx, out in PATTERNS:
+                m = rx.search(ln)
+                if m:
+                    found[key] = (out.format(m.group(1)), where)      # the last occurrence wins
+            m = _PCI.search(ln)
+            if m:
+                pcis.setdefault(m.group(1).lower(), where)
+            m = _AVAIL.search(ln)
+            if m:
+                avail.append(float(m.group(1)))
+            m = _NVCC_REJECTS.search(ln)
+            if m:
+                nvcc_rejects[m.group(1)] = where
+            g = kn.gpu(ln) if "NVIDIA" in ln or "RTX" in ln or "Tesla" in ln else None
+            if g is not None:
+                gpu_hits.append((ln, where))
+    vals: dict[str, str] = {}
+    src: dict[str, str] = {}
+
+    def put(key: str, value: str, where: str) -> None:
+        if key not in vals:
+            vals[key] = value
+            src[key] = where
+
+    if host:
+        put("host", host, "the logs' host name")
+    # SM: an architecture error names it; else a torch capability warning
+    for e in evs:
+        sm = e.fields.get("sm") if e.kind in ("flashinfer_arch_unsupported", "cuda_arch_unsupported") else None
+        if sm:
+            put("sm", str(sm), f"{e.path}:{e.line}")
+            break
+    if "sm" in found:
+        put("sm", found["sm"][0], found["sm"][1])
+    sm = vals.get("sm")
+    # GPU model: a name in the logs, else inferred from the SM and the memory free at start
+    count = len(pcis) or _tp_count(ranks)
+    count_from = (f"{len(pcis)} NVIDIA PCI devices" if pcis else "TP ranks in the SGLang log") if count else ""
+    memory_gb = None
+    memory_from = ""
+    gpu_name = None
+    if gpu_hits:
+        line, where = gpu_hits[-1]
+        g = kn.gpu(line)
+        assert g is not None
+        m = re.search(r"(NVIDIA [A-Za-z0-9][A-Za-z0-9 \-]*?" + re.escape(g.match) + r"[A-Za-z0-9 \-]*?)(?=\s+with\b|\s*[|,(]|\s{2,}|$)",
+                      line, re.I)
+        gpu_name = " ".join(m.group(1).split()) if m else g.name
+        memory_gb = g.memory_gb
+        memory_from = f"{g.name}: {g.memory_gb:g} GB" if g.memory_gb else ""
+        put("sm", g.sm, f"{where} ({g.name})") if g.sm else None
+        src_gpu = where
+    elif sm and avail:
+        top = max(avail)
+        fits = [g for g in kn.gpus if g.sm == sm and g.memory_gb and g.memory_gb >= top]
+        names = {g.name for g in fits}
+        if len(names) == 1:
+            g = fits[0]
+            gpu_name = g.name
+            memory_gb = g.memory_gb
+            memory_from = (f"{g.name}: {g.memory_gb:g} GB, inferred: the only {sm} GPU with more than the "
+                           f"{top:g} GB free at start")
+        src_gpu = "inferred from the SM and `Load weight begin. avail mem=`"
+    if gpu_name:
+        desc = (f"{count} x " if count else "") + gpu_name + (f" ({memory_gb:g} GB)" if memory_gb else "")
+        if not gpu_hits:
+            desc += f" (inferred: the only {sm} GPU with more than {max(avail):g} GB free at start)"
+        put("gpu", desc, src_gpu)
+    elif count:
+        put("gpu", f"{count} GPUs" + (f" ({sm})" if sm else ""), count_from)
+    for key in ("driver",):
+        if key in found:
+            put(key, *found[key])
+    cuda_parts = []
+    if "cuda_driver" in found:
+        cuda_parts.append(found["cuda_driver"][0])
+    if "cuda_torch" in found:
+        d = found["cuda_torch"][0]
+        cuda_parts.append(f"{d[:-1]}.{d[-1]} (PyTorch build)")
+    if "cuda_toolkit" in found:
+        cuda_parts.append(f"{found['cuda_toolkit'][0]} (toolkit path)")
+    if cuda_parts:
+        put("cuda", ", ".join(cuda_parts),
+            next(found[k][1] for k in ("cuda_driver", "cuda_torch", "cuda_toolkit") if k in found))
+    if "nvcc" in found:
+        put("nvcc", found["nvcc"][0], found["nvcc"][1])
+    elif nvcc_rejects:
+        target, where = sorted(nvcc_rejects.items())[0]
+        fam = kn.family(normalize_sm(target))
+        older = f", so older than CUDA {fam.min_cuda}" if fam and fam.min_cuda else ""
+        put("nvcc", f"version not logged; it rejects {target}{older}", where)
+    for key in ("torch", "flashinfer", "sglang", "python", "kernel", "interconnect"):
+        if key in found:
+            put(key, *found[key])
+    ordered = tuple((k, vals[k]) for k in KEY_ORDER if k in vals)
+    hw = Hardware(memory_gb=memory_gb, memory_from=memory_from, gpus_seen=count, gpus_from=count_from)
+    return Fingerprint(values=ordered, sources=tuple((k, src[k]) for k, _ in ordered), hardware=hw)
+
+
+def fingerprint(store, host: str | None, source_ids: Sequence[str], evs: Sequence[EventView], kn: Knowledge,
+                until: datetime | None = None, null_host: bool = True) -> Fingerprint:  # noqa: ANN001
+    """The fingerprint of `host` from the given sources of a Store (records at or before `until`, and untimed
+    ones). `null_host`: records without a host count as this host's (a single-host store)."""
+    if not source_ids:
+        return fingerprint_records(pl.DataFrame({"message": [], "path": [], "line": []},
+                                                schema={"message": pl.String, "path": pl.String, "line": pl.Int64}),
+                                   evs, kn, host)
+    lf = store.records(list(source_ids))
+    hostf = (pl.col("host") == host) | pl.col("host").is_null() if null_host else pl.col("host") == host
+    lf = lf.filter(hostf if host is not None else pl.col("host").is_null())
+    if until is not None:
+        lf = lf.filter(pl.col("ts").is_null() | (pl.col("ts") <= until))
+    hits = (lf.filter(pl.col("message").str.contains_any(list(LITERALS), ascii_case_insensitive=True))
+            .select("ts", "message", "path", "line").sort(["ts", "path", "line"], nulls_last=False)
+            .tail(20000).collect())
+    ranks = (lf.filter(pl.col("rank").is_not_null()).select("rank").unique().head(1000).collect()["rank"].to_list())
+    return fingerprint_records(hits, evs, kn, host, ranks)

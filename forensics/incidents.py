@@ -1,0 +1,709 @@
+"""Incidents: significant events grouped per host within a gap window, with their conclusions.
+
+    events (store) -> hosts and units filled where the logs imply them -> the same line seen in several
+    sources folded into one event -> correlations (forensics.correlate) -> significant events (severity
+    error/critical, or role cause) clustered per host by `gap` -> clusters merged when a conclusion spans them
+    or when a unit started right after one cluster dies in the next (a fallback that dies too) -> one
+    Incident per cluster: root cause, conclusions, events with their roles, configuration review,
+    environment, what the logs cannot show, and a stable id `<date>-<host>-<unit>`.
+
+Deterministic: the same store gives the same incidents, ids and conclusions, in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import PurePath
+from typing import Any
+
+import polars as pl
+
+from .configreview import Hardware, Knowledge, enricher, load_knowledge, review_configs
+from .correlate import (
+    KERNEL_KINDS,
+    SYSTEMD_KINDS,
+    Correlation,
+    Coverage,
+    EventView,
+    Finding,
+    SourceSpan,
+    correlate_views,
+    entities_of,
+    evidence_of,
+    fill,
+    iso,
+    kernel_window,
+    fmt_when,
+    load_correlations,
+    views,
+)
+from .environment import Fingerprint, fingerprint
+from .model import Conclusion, Confidence, Event, Evidence, Gap, Incident, SourceInfo, to_jsonable
+from .schema import EVENT_SCHEMA, conform
+
+DEFAULT_GAP_MINUTES = 15.0
+DUP_SECONDS = 2.0                      # the same line in two sources: this close in time
+CONTEXT_KINDS = frozenset({"server_config", "server_ready", "server_start", "service_started", "boot"})
+_TS_RANK = {"exact": 0, "boot_anchored": 1, "zone_assumed": 2, "year_inferred": 3}
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_PREFIX = re.compile(r"^\[\d{4}-\d{2}-\d{2} [\d:.,]+(?: [A-Z_]+\d+)*\] ")
+
+
+class IncidentNotFound(LookupError):
+    """No incident matches what was asked for; the message names what exists."""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# preparing the events
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The store's events ready for correlation, and what was assumed to get there."""
+
+    views: tuple[EventView, ...]              # primaries only (duplicates folded), deterministic order
+    copies: Mapping[str, tuple[EventView, ...]]   # primary id -> the same line in other sources
+    coverage: Coverage
+    spans: tuple[SourceSpan, ...]
+    assumptions: tuple[tuple[str, Gap], ...]  # (path, what was assumed about it): hosts, units
+    sources: tuple[Any, ...]                  # SourceEntry
+    host_sources: Mapping[str, tuple[str, ...]]  # host -> source ids with records of it
+    single_host: bool
+
+
+def _log_class() -> pl.Expr:
+    ident = pl.col("ident").fill_null("")
+    return (pl.when(pl.col("format").fill_null("").str.starts_with("dmesg") | (ident == "kernel")).then(pl.lit("kernel"))
+            .when(ident.str.starts_with("systemd") | (ident == "init.scope")).then(pl.lit("systemd"))
+            .otherwise(pl.lit("service")))
+
+
+def _record_tables(store) -> tuple[pl.DataFrame, pl.DataFrame]:  # noqa: ANN001
+    """(spans per source/host/class/unit, units named by each source's systemd lines)."""
+    lf = store.records().select("source_id", "path", "format", "host", "ident", "unit", "ts")
+    spans = (lf.with_columns(_log_class().alias("log"))
+             .group_by("source_id", "path", "host", "log", "unit")
+             .agg(pl.col("format").first(), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"),
+                  pl.len().alias("records"), pl.col("ts").is_null().sum().alias("untimed"))
+             .sort("path", "host", "log", "unit", nulls_last=True).collect())
+    units = (lf.filter(pl.col("ident").fill_null("").str.starts_with("systemd") & pl.col("unit").is_not_null()
+                       & (pl.col("ident") != "systemd-journald"))
+             .group_by("source_id").agg(pl.col("unit").unique().sort()).collect())
+    return spans, units
+
+
+def prepare(store, kn: Knowledge, host_gpus: Mapping[str, tuple[str | None, str]] | None = None) -> Prepared:  # noqa: ANN001
+    sources = tuple(store.sources())
+    events = conform(store.events().collect(), EVENT_SCHEMA)
+    spans_df, units_df = _record_tables(store)
+    assumptions: list[tuple[str, Gap]] = []
+    # -- hosts: one host in the store fills the files that name none; several: each such file is its own
+    hosts = sorted({h for h in spans_df["host"].to_list() if h} | {h for h in events["host"].to_list() if h}
+                   | {e.host for e in sources if e.host})
+    single = len(hosts) == 1
+    with_host = {p for p, h in zip(spans_df["path"].to_list(), spans_df["host"].to_list()) if h is not None}
+    hostless = sorted({p for p, h in zip(spans_df["path"].to_list(), spans_df["host"].to_list())
+                       if h is None and p not in with_host})
+    partial = sorted({p for p, h in zip(spans_df["path"].to_list(), spans_df["host"].to_list())
+                      if h is None and p in with_host})
+    del partial
+    if single:
+        fill_host = pl.col("host").fill_null(pl.lit(hosts[0]))
+        for p in hostless:
+            assumptions.append((p, Gap(what=f"The host of {p}",
+                                       why=f"{p} names no host; it is taken to be {hosts[0]}, the only host in the "
+                                           "store.", commands=())))
+    else:
+        pseudo = {p: f"unknown host ({PurePath(p).name})" for p in hostless}
+        fill_host = pl.coalesce(pl.col("host"), pl.col("path").replace_strict(pseudo, default=None,
+                                                                               return_dtype=pl.String))
+        for p in hostless:
+            assumptions.append((p, Gap(what=f"Which host {p} came from",
+                                       why=(f"{p} names no host and the store holds several ({', '.join(hosts)}), so "
+                                            "its events are kept apart and cannot be joined with another host's."),
+                                       commands=(f"forensics ingest --host HOST --force {p}",))))
+    if single and hostless:
+        assumptions = [(p, Gap(what="The host of " + (hostless[0] if len(hostless) == 1 else
+                                                      f"{len(hostless)} files that name none"),
+                               why=(f"{', '.join(hostless)} name{'s' if len(hostless) == 1 else ''} no host; taken to be "
+                                    f"{hosts[0]}, the only host in the store."), commands=()))
+                       for p in hostless]
+    events = events.with_columns(fill_host.alias("host"))
+    spans_df = spans_df.with_columns(fill_host.alias("host"))
+    # -- units: a source whose systemd lines name one unit (`journalctl -u X`), or named after a unit
+    known_units = set(events["unit"].drop_nulls().to_list()) | set(spans_df["unit"].drop_nulls().to_list())
+    # a journal whose systemd lines name one unit (`journalctl -u X`): its other journal lines are X's
+    journal_unit: dict[str, str] = {}
+    for sid, us in zip(units_df["source_id"].to_list(), units_df["unit"].to_list()):
+        if len(us) == 1:
+            journal_unit[sid] = us[0]
+    # a file named after a unit (`sglang-k26.log` for sglang-k26.service): its lines are that unit's
+    file_unit: dict[str, str] = {}
+    paths = dict(zip(spans_df["source_id"].to_list(), spans_df["path"].to_list()))
+    for sid, p in sorted(paths.items()):
+        stem = PurePath(p).name.rsplit(".", 1)[0]
+        cand = f"{stem}.service"
+        if sid not in journal_unit and cand in known_units and not p.endswith(".service"):
+            file_unit[sid] = cand
+            assumptions.append((p, Gap(what=f"The unit of {p}",
+                                       why=f"{p} names no unit; its lines are taken to be {cand}'s (the file is named "
+                                           "after it).", commands=())))
+    not_kernel = pl.col("unit").is_null() & ~pl.col("kind").is_in(list(KERNEL_KINDS))
+    is_journal = pl.col("format").fill_null("").str.starts_with("journal")
+    ju = pl.col("source_id").replace_strict(journal_unit, default=None, return_dtype=pl.String)
+    fu = pl.col("source_id").replace_strict(file_unit, default=None, return_dtype=pl.String)
+    events = events.with_columns(
+        pl.when(not_kernel & is_journal).then(ju).when(not_kernel).then(fu).otherwise(pl.col("unit")).alias("unit"))
+    service = pl.col("unit").is_null() & (pl.col("log") == "service")
+    spans_df = spans_df.with_columns(
+        pl.when(service & pl.col("format").fill_null("").str.starts_with("journal")).then(ju)
+        .when(service).then(fu).otherwise(pl.col("unit")).alias("unit"))
+    evs = views(events, enricher(kn), host_gpus)
+    evs = _units_by_pid(evs)
+    prim, copies = _fold_copies(evs)
+    spans = tuple(SourceSpan(path=r["path"], format=r["format"] or "", host=r["host"], log=r["log"], unit=r["unit"],
+                             first=r["first"], last=r["last"], records=r["records"], untimed=r["untimed"])
+                  for r in spans_df.iter_rows(named=True))
+    host_sources: dict[str, list[str]] = {}
+    for sid, h in zip(spans_df["source_id"].to_list(), spans_df["host"].to_list()):
+        if h is not None and sid not in host_sources.setdefault(h, []):
+            host_sources[h].append(sid)
+    return Prepared(views=tuple(prim), copies=copies, coverage=Coverage(spans), spans=spans,
+                    assumptions=tuple(assumptions), sources=sources,
+                    host_sources={h: tuple(v) for h, v in host_sources.items()}, single_host=single)
+
+
+def _units_by_pid(evs: list[EventView]) -> list[EventView]:
+    """An event without a unit takes the unit of another event about the same process (host, pid): the OOM
+    kill of pid 48213 in /system.slice/x.service puts `python3[48213]` lines in x.service."""
+    owner: dict[tuple[str | None, str], str] = {}
+    for e in evs:
+        p, u = e.entities.get("pid"), e.entities.get("unit")
+        if p and u:
+            owner.setdefault((e.host, p), u)
+    out = []
+    for e in evs:
+        p = e.entities.get("pid")
+        if e.entities.get("unit") is None and p and (e.host, p) in owner:
+            u = owner[(e.host, p)]
+            ents = {**e.entities, "unit": u}
+            e = replace(e, unit=u, entities=ents)
+        out.append(e)
+    return out
+
+
+def _signature(e: EventView) -> str:
+    first = e.message.split("\n", 1)[0].strip()
+    return _PREFIX.sub("", first).strip()
+
+
+def _compatible(a: EventView, b: EventView) -> bool:
+    for ent in ("unit", "pid"):
+        va, vb = a.entities.get(ent), b.entities.get(ent)
+        if va is not None and vb is not None and va != vb:
+            return False
+    return True
+
+
+def _primary_score(e: EventView) -> tuple:
+    return (e.entities.get("unit") is None, e.host is None, _TS_RANK.get(e.ts_source, 5), -len(e.fields),
+            e.path, e.line)
+
+
+def _fold_copies(evs: list[EventView]) -> tuple[list[EventView], dict[str, tuple[EventView, ...]]]:
+    """The same line seen in several sources (a kernel line in dmesg and in the journal, a journal tail pasted
+    in a terminal log) becomes one event; the others are kept as its copies (cited as evidence too)."""
+    groups: list[list[EventView]] = []
+    by_key: dict[tuple[str, str | None, str], list[int]] = {}
+    for e in evs:
+        key = (e.kind, e.host, _signature(e))
+        placed = False
+        for gi in by_key.get(key, []):
+            g = groups[gi]
+            head = g[0]
+            same = [x for x in g if x.source_id == e.source_id]
+            if same and (e.kind not in SYSTEMD_KINDS or min(abs(x.line - e.line) for x in same) <= 5):
+                continue   # the same text twice in one source is two events, unless a pasted journal tail repeats
+            if (head.t is None) != (e.t is None):
+                continue
+            if head.t is not None and abs(head.t - e.t) > DUP_SECONDS:
+                continue
+            if all(_compatible(x, e) for x in g):
+                g.append(e)
+                placed = True
+                break
+        if not placed:
+            by_key.setdefault(key, []).append(len(groups))
+            groups.append([e])
+    prim: list[EventView] = []
+    copies: dict[str, tuple[EventView, ...]] = {}
+    for g in groups:
+        g.sort(key=_primary_score)
+        p = g[0]
+        # the primary keeps the richest entities of the group
+        ents = dict(p.entities)
+        for x in g[1:]:
+            for k, v in x.entities.items():
+                ents.setdefault(k, v)
+        if ents != p.entities:
+            p = replace(p, entities=ents, unit=ents.get("unit"))
+        prim.append(p)
+        if len(g) > 1:
+            copies[p.id] = tuple(g[1:])
+    prim.sort(key=lambda e: e.seq)
+    return prim, copies
+
+
+# ----------------------------------------------------------------------------------------------------------
+# clustering
+
+
+@dataclass
+class _Cluster:
+    host: str
+    events: list[EventView]
+
+    @property
+    def start(self) -> float:
+        return min(e.t for e in self.events if e.t is not None)
+
+    @property
+    def end(self) -> float:
+        return max(e.t for e in self.events if e.t is not None)
+
+    @property
+    def units(self) -> list[str]:
+        return list(dict.fromkeys(e.entities["unit"] for e in self.events if e.entities.get("unit")))
+
+
+def significant(e: EventView) -> bool:
+    return e.t is not None and (e.severity in ("error", "critical") or e.role == "cause")
+
+
+def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float) -> list[_Cluster]:
+    """Significant events per host, split where `gap_s` passes without one; then clusters merged when one
+    finding binds events of both, or when a unit of the later one was started within the gap after the
+    earlier one ended and died within twice the gap of starting (a fallback that dies too)."""
+    by_host: dict[str, list[EventView]] = {}
+    for e in evs:
+        if significant(e):
+            by_host.setdefault(e.host or "unknown host", []).append(e)
+    clusters: list[_Cluster] = []
+    for host in sorted(by_host):
+        cur: list[EventView] = []
+        for e in sorted(by_host[host], key=lambda x: (x.t, x.seq)):
+            if cur and e.t - cur[-1].t > gap_s:
+                clusters.append(_Cluster(host, cur))
+                cur = []
+            cur.append(e)
+        if cur:
+            clusters.append(_Cluster(host, cur))
+    # union-find over clusters
+    parent = list(range(len(clusters)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def union(a: int, b: int) -> None:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    where = {e.id: i for i, c in enumerate(clusters) for e in c.events}
+    by_id = {e.id: e for e in evs}
+    for f in found:
+        idx = sorted({where[x] for x in f.event_ids if x in where})
+        for i in idx[1:]:
+            if clusters[i].host == clusters[idx[0]].host:
+                union(idx[0], i)
+    starts = [e for e in evs if e.kind in ("service_started", "server_start") and e.t is not None]
+    for i in range(len(clusters) - 1):
+        a, b = clusters[i], clusters[i + 1]
+        if a.host != b.host:
+            continue
+        for s in starts:
+            if s.host == a.host and s.entities.get("unit") in b.units and a.end <= s.t <= a.end + gap_s \
+                    and b.start - s.t <= 2 * gap_s:
+                union(i, i + 1)
+                break
+    merged: dict[int, _Cluster] = {}
+    for i, c in enumerate(clusters):
+        r = root(i)
+        if r in merged:
+            merged[r].events.extend(c.events)
+        else:
+            merged[r] = _Cluster(c.host, list(c.events))
+    out = list(merged.values())
+    for c in out:
+        c.events.sort(key=lambda x: (x.t, x.seq))
+    del by_id
+    return sorted(out, key=lambda c: (c.start, c.host))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# building one incident
+
+
+def _slug(text: str) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return s or "unknown"
+
+
+def _host_slug(host: str) -> str:
+    if host.startswith("unknown host ("):
+        return _slug(host[len("unknown host ("):-1])
+    if re.fullmatch(r"[\d.]+", host):
+        return _slug(host)
+    return _slug(host.split(".", 1)[0])
+
+
+def _unit_stem(unit: str) -> str:
+    return re.sub(r"\.(service|scope|slice|socket|timer|mount)$", "", unit)
+
+
+def _conf_rank(c: Confidence) -> int:
+    return [Confidence.CONFIRMED, Confidence.LIKELY, Confidence.POSSIBLE, Confidence.INCONCLUSIVE].index(c)
+
+
+def _fallback(c: _Cluster) -> Finding:
+    """No correlation explains the incident: say what the first significant event is, and no more."""
+    first = next((e for e in c.events if e.role == "cause"), c.events[0])
+    since, until = kernel_window(first.ts)
+    unit = first.entities.get("unit")
+    stmt = (f"No correlation explains this incident. The first significant event is {first.title or first.kind} "
+            f"at {first.ts:%H:%M:%S} ({first.path}:{first.line}); it is listed as the starting point, not as a "
+            "proven cause.")
+    concl = Conclusion(rule="incident.first_event", kind=first.kind, confidence=Confidence.INCONCLUSIVE,
+                       statement=stmt, cause_event=first.id, explains=(),
+                       evidence_for=(evidence_of(first, "the first significant event"),), evidence_against=(),
+                       alternatives=(),
+                       next_steps=(f'journalctl --since "{fmt_when(since)}" --until "{fmt_when(until)}" --no-pager',),
+                       unit=unit)
+    return Finding(conclusion=concl, headline=f"{unit + ': ' if unit else ''}{first.title or first.kind}",
+                   anchor=first.id, priority=0, roles=(), event_ids=(first.id,), rules=("incident.first_event",),
+                   t=first.t)
+
+
+def _with_copies(c: Conclusion, copies: Mapping[str, tuple[EventView, ...]], by_loc: Mapping[tuple[str, int], str]
+                 ) -> Conclusion:
+    """Evidence lines also seen in other sources cite those too, right after the line itself."""
+    def expand(evs: Sequence[Evidence]) -> tuple[Evidence, ...]:
+        out: list[Evidence] = []
+        seen: set[tuple[str, int]] = set()
+        for ev in evs:
+            if (ev.path, ev.line) in seen:
+                continue
+            seen.add((ev.path, ev.line))
+            out.append(ev)
+            for cp in copies.get(by_loc.get((ev.path, ev.line), ""), ()):
+                if (cp.path, cp.line) not in seen:
+                    seen.add((cp.path, cp.line))
+                    out.append(evidence_of(cp, f"the same line in {cp.path}"))
+        return tuple(out)
+
+    return replace(c, evidence_for=expand(c.evidence_for), evidence_against=expand(c.evidence_against))
+
+
+class _Explainer:
+    """Event.explain / next_steps from the rule that produced each event."""
+
+    def __init__(self) -> None:
+        try:
+            from .rulepacks import load_rules
+
+            self.rules = load_rules()
+        except Exception:  # noqa: BLE001 - an incident is still worth building without the rule texts
+            self.rules = None
+
+    def event(self, e: EventView, role: str) -> Event:
+        rule = self.rules.get(e.rule) if self.rules is not None else None
+        explain, steps = "", ()
+        if rule is not None:
+            vals: dict[str, Any] = {k: v for k, v in e.fields.items() if not isinstance(v, (dict, list))}
+            since, until = kernel_window(e.ts) if e.ts is not None else (None, None)
+            vals.update({"unit": e.entities.get("unit"), "host": e.host, "pid": e.entities.get("pid"),
+                         "since": fmt_when(since) if since else None, "until": fmt_when(until) if until else None,
+                         "ts": iso(e.ts), "path": e.path, "line": e.line, "rank": e.entities.get("rank"),
+                         "rule": e.rule, "kind": e.kind})
+            explain = fill(rule.explain, vals)
+            steps = tuple(fill(s, vals) for s in rule.next_steps)
+        pid = e.entities.get("pid")
+        return Event(id=e.id, ts=iso(e.ts), ts_source=e.ts_source, kind=e.kind, rule=e.rule, severity=e.severity,
+                     role=role, host=e.host, unit=e.entities.get("unit"),
+                     pid=int(pid) if pid is not None and str(pid).isdigit() else e.pid, title=e.title,
+                     explain=explain, next_steps=steps, fields=dict(e.fields), message=e.message, path=e.path,
+                     line=e.line, line_end=e.line_end, format=e.format)
+
+
+def _gaps(c: _Cluster, evs: Sequence[EventView], members: Sequence[EventView], prep: Prepared, start: float,
+          end: float, gap_s: float) -> list[Gap]:
+    """What the logs cannot show for this incident."""
+    out: list[Gap] = []
+    host = c.host
+    seen: set[tuple] = set()
+    # sources missing around each death of a main process
+    for e in members:
+        if e.kind not in ("service_killed", "service_exited", "service_core_dumped") or e.ts is None:
+            continue
+        since, until = kernel_window(e.ts)
+        unit = e.entities.get("unit")
+        rep = prep.coverage.report(host, unit, e.ts, since, until)
+        s, u = fmt_when(since), fmt_when(until)
+        if not rep.kernel and ("kernel", host, s) not in seen:
+            seen.add(("kernel", host, s))
+            how = {"service_killed": "was killed", "service_exited": "exited",
+                   "service_core_dumped": "dumped core"}[e.kind]
+            out.append(Gap(what=f"The kernel log of {host} around {e.ts:%H:%M:%S}, when {unit}'s main process {how}",
+                           why=("No ingested kernel log covers that moment, so a kernel OOM kill, a segfault or a GPU "
+                                "error at that time cannot be seen or ruled out. " + " ".join(rep.notes)).strip(),
+                           commands=(f'journalctl -k --since "{s}" --until "{u}"',
+                                     'dmesg -T | grep -i -E "killed process|oom-kill|segfault|NVRM"')))
+        if not rep.unit_output and unit and ("out", unit, s) not in seen:
+            seen.add(("out", unit, s))
+            out.append(Gap(what=f"{unit}'s own output before {e.ts:%H:%M:%S}",
+                           why=("Only systemd's lines about the unit were ingested, not what the service itself "
+                                "logged; an application error or SGLang's `Received sigquit from a child process` "
+                                "would be there."),
+                           commands=(f'journalctl -u {unit} --since "{s}" --until "{u}" -o short-iso-precise',)))
+    # journald rate limiting
+    for e in evs:
+        if e.kind == "journal_suppressed" and e.host == host and e.t is not None and start - gap_s <= e.t <= end:
+            unit = e.fields.get("unit") or e.entities.get("unit") or "a service"
+            s, u = kernel_window(e.ts)
+            out.append(Gap(what=f"{e.fields.get('count', 'Some')} messages journald dropped from {unit} at "
+                                f"{e.ts:%H:%M:%S}",
+                           why=(f"journald's rate limit discarded them ({e.path}:{e.line}), so what {unit} logged "
+                                "then is not in the journal."),
+                           commands=(f'journalctl -u systemd-journald --since "{fmt_when(s)}" --until "{fmt_when(u)}"',
+                                     "grep -E '^#?RateLimit' /etc/systemd/journald.conf")))
+    # kernel lines that cannot be placed in time
+    untimed = [e for e in evs if e.host == host and e.t is None and e.kind in KERNEL_KINDS]
+    if untimed:
+        paths = sorted({e.path for e in untimed})
+        kinds = ", ".join(sorted({e.kind for e in untimed}))
+        out.append(Gap(what=f"The time of {len(untimed)} kernel event(s) ({kinds}) in {', '.join(paths)}",
+                       why=("Their kernel seconds since boot are not anchored to a wall-clock time (no journal of the "
+                            "same boot to pair them with), so they cannot be placed next to the other lines."),
+                       commands=tuple(f"forensics ingest --force --boot-time 'YYYY-MM-DD HH:MM:SS' {p}" for p in paths)))
+    # times printed without a year or a zone
+    by_path: dict[str, set[str]] = {}
+    for e in members:
+        if e.ts_source in ("year_inferred", "zone_assumed", "monotonic_only", "boot_anchored"):
+            by_path.setdefault(e.path, set()).add(e.ts_source)
+    anchors = {s.path: s.time_anchor for s in prep.sources}
+    for p in sorted(by_path):
+        out.append(Gap(what=f"The exact times of {p}",
+                       why=f"Times there are not printed in full: {anchors.get(p) or ', '.join(sorted(by_path[p]))}.",
+                       commands=()))
+    paths = {sp.path for sp in prep.spans if sp.host == host}
+    out.extend(g for p, g in prep.assumptions if p in paths)
+    uniq: dict[str, Gap] = {}
+    for g in out:
+        uniq.setdefault(g.what, g)
+    return list(uniq.values())
+
+
+def _source_infos(prep: Prepared, host: str) -> tuple[SourceInfo, ...]:
+    sids = set(prep.host_sources.get(host, ()))
+    out = []
+    for s in prep.sources:
+        if s.source_id in sids:
+            out.append(SourceInfo(path=s.path, sha256=s.sha256, format=s.format, confidence=s.confidence,
+                                  host=s.host or host, records=s.records, unparsed=s.unparsed, first_ts=s.first_ts,
+                                  last_ts=s.last_ts, time_anchor=s.time_anchor))
+    return tuple(sorted(out, key=lambda x: x.path))
+
+
+def build_incidents(store, gap_minutes: float = DEFAULT_GAP_MINUTES, *,  # noqa: ANN001
+                    correlations: Sequence[Correlation] | None = None,
+                    knowledge: Knowledge | None = None) -> list[Incident]:
+    """Every incident of the store, sorted by start, then id."""
+    kn = knowledge if knowledge is not None else load_knowledge()
+    corrs = correlations if correlations is not None else load_correlations()
+    gap_s = gap_minutes * 60.0
+    prep = prepare(store, kn)
+    if not prep.views:
+        return []
+    envs: dict[str, Fingerprint] = {}
+
+    def env_of(host: str, evs: Sequence[EventView], until: datetime | None) -> Fingerprint:
+        if host not in envs:
+            envs[host] = fingerprint(store, None if host.startswith("unknown host (") else host,
+                                     prep.host_sources.get(host, ()), evs, kn, until=None,
+                                     null_host=prep.single_host or host.startswith("unknown host ("))
+        return envs[host]
+
+    # the GPU named by the logs makes architecture statements name it (a second pass, only when it matters)
+    evs = list(prep.views)
+    arch_hosts = sorted({e.host for e in evs if e.fields.get("sm") and e.host})
+    host_gpus: dict[str, tuple[str | None, str]] = {}
+    for h in arch_hosts:
+        fp = env_of(h, [e for e in evs if e.host == h], None)
+        if fp.get("gpu") and "inferred" not in (fp.get("gpu") or ""):
+            host_gpus[h] = (fp.get("sm"), re.sub(r"^\d+ x ", "", fp.get("gpu") or ""))
+    if host_gpus:
+        evs = [replace(e, fields={**e.fields, "gpus_desc": host_gpus[e.host][1]})
+               if e.host in host_gpus and e.fields.get("sm") and host_gpus[e.host][0] in (None, e.fields["sm"]) else e
+               for e in evs]
+    found = correlate_views(evs, corrs, prep.coverage)
+    clusters = cluster(evs, found, gap_s)
+    by_id = {e.id: e for e in evs}
+    by_loc = {(e.path, e.line): e.id for e in evs}
+    explainer = _Explainer()
+    # findings -> clusters
+    where = {e.id: i for i, c in enumerate(clusters) for e in c.events}
+    per: dict[int, list[Finding]] = {i: [] for i in range(len(clusters))}
+    for f in found:
+        ids = [f.anchor, f.conclusion.cause_event, *f.conclusion.explains, *f.event_ids]
+        hit = next((where[x] for x in ids if x in where), None)
+        if hit is None:
+            a = by_id.get(f.anchor)
+            if a is not None and a.t is not None:
+                hit = next((i for i, c in enumerate(clusters)
+                            if c.host == a.host and c.start <= a.t <= c.end), None)
+        if hit is not None:
+            per[hit].append(f)
+    incidents: list[Incident] = []
+    for i, c in enumerate(clusters):
+        fs = per[i] or [_fallback(c)]
+        explained = {x for f in fs for x in f.conclusion.explains}
+        heads = [f for f in fs if f.conclusion.cause_event is None or f.conclusion.cause_event not in explained]
+        heads.sort(key=lambda f: (f.t if f.t is not None else 0.0, _conf_rank(f.conclusion.confidence), -f.priority))
+        root = heads[0] if heads else fs[0]
+        ordered = [root] + sorted((f for f in fs if f is not root),
+                                  key=lambda f: (f.t if f.t is not None else 0.0, -f.priority, f.rules[0]))
+        # time span: significant events and what the conclusions blame or explain
+        core_ids = {e.id for e in c.events} | {x for f in fs for x in (f.conclusion.cause_event, *f.conclusion.explains)
+                                               if x}
+        core = [by_id[x] for x in core_ids if x in by_id and by_id[x].t is not None
+                and by_id[x].kind not in CONTEXT_KINDS]
+        t0 = min(e.t for e in core)
+        t1 = max(e.t for e in core)
+        units = list(dict.fromkeys([*(f.conclusion.unit for f in ordered if f.conclusion.unit),
+                                    *(u for u in c.units)]))
+        units = sorted(units, key=lambda u: min((e.t for e in core if e.entities.get("unit") == u), default=t1))
+        # events: the core, everything the conclusions bound, and the context of the same host and units
+        member_ids = set(core_ids) | {x for f in fs for x in f.event_ids}
+        lo, hi = t0 - gap_s, t1 + min(gap_s, 300.0)
+        for e in evs:
+            if e.host != c.host or e.id in member_ids:
+                continue
+            u = e.entities.get("unit")
+            if e.t is not None and lo <= e.t <= hi and (u is None or u in units):
+                member_ids.add(e.id)
+        configs = [e for e in evs if e.kind == "server_config" and e.host == c.host
+                   and (e.t is None or e.t <= t1)
+                   and (e.entities.get("unit") in units or (e.entities.get("unit") is None and not units))]
+        if not configs:
+            configs = [e for e in evs if e.kind == "server_config" and e.host == c.host and (e.t is None or e.t <= t1)
+                       and e.entities.get("unit") is None]
+        member_ids |= {e.id for e in configs}
+        members = sorted((by_id[x] for x in member_ids if x in by_id),
+                         key=lambda e: (e.t is None, e.t or 0.0, e.path, e.line, e.rule))
+        roles: dict[str, str] = {}
+        for f in ordered:
+            for eid, r in f.roles:
+                roles.setdefault(eid, r)
+        events = tuple(explainer.event(e, roles.get(e.id, e.role)) for e in members)
+        conclusions = tuple(_with_copies(f.conclusion, prep.copies, by_loc) for f in ordered)
+        symptoms = tuple(sorted(dict.fromkeys(x for f in ordered for x in f.conclusion.explains),
+                                key=lambda x: (by_id[x].t or 0.0, by_id[x].seq) if x in by_id else (0.0, 0)))
+        fp = env_of(c.host, [e for e in evs if e.host == c.host], None)
+        hw = fp.hardware
+        cfgs = review_configs(configs, kn, hw)
+        start = datetime.fromtimestamp(t0, timezone.utc)
+        end = datetime.fromtimestamp(t1, timezone.utc)
+        gaps = _gaps(c, evs, members, prep, t0, t1, gap_s)
+        lead_unit = root.conclusion.unit or (units[0] if units else None)
+        ident = f"{start:%Y-%m-%d}-{_host_slug(c.host)}-" + (_slug(_unit_stem(lead_unit)) if lead_unit
+                                                              else _slug(root.conclusion.kind))
+        others = [f.headline for f in heads[1:3] if f.conclusion.unit != root.conclusion.unit]
+        headline = root.headline + "".join(f"; then {h}" for h in others)
+        incidents.append(Incident(
+            id=ident, start=iso(start), end=iso(end), hosts=(c.host,), units=tuple(units), headline=headline,
+            root_cause=conclusions[0], conclusions=conclusions, events=events, symptoms=symptoms, configs=cfgs,
+            environment=fp.as_dict(), gaps=tuple(gaps), sources=_source_infos(prep, c.host)))
+    incidents.sort(key=lambda x: (x.start or "", x.id))
+    seen: dict[str, int] = {}
+    out = []
+    for inc in incidents:
+        n = seen.get(inc.id, 0) + 1
+        seen[inc.id] = n
+        out.append(inc if n == 1 else replace(inc, id=f"{inc.id}-{n}"))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# asking for incidents
+
+
+def select_incidents(incidents: Sequence[Incident], spec: str) -> list[Incident]:
+    """A full id, a unique id prefix, or a date (YYYY-MM-DD: every incident that starts that day, in order)."""
+    spec = spec.strip()
+    exact = [i for i in incidents if i.id == spec]
+    if exact:
+        return exact
+    if _DATE.match(spec):
+        day = [i for i in incidents if (i.start or i.id)[:10] == spec]
+        if day:
+            return day
+        raise IncidentNotFound(f"no incident starts on {spec}; {_existing(incidents)}")
+    pref = [i for i in incidents if i.id.startswith(spec)]
+    if len(pref) == 1:
+        return pref
+    if len(pref) > 1:
+        raise IncidentNotFound(f"'{spec}' matches {len(pref)} incidents ({', '.join(i.id for i in pref[:10])}); "
+                               "give more of the id, or a date")
+    raise IncidentNotFound(f"no incident '{spec}'; {_existing(incidents)}")
+
+
+def _existing(incidents: Sequence[Incident]) -> str:
+    if not incidents:
+        return "the store has no incidents (ingest logs first: forensics ingest PATH)"
+    shown = ", ".join(f"{i.id} ({(i.start or '')[:16].replace('T', ' ')})" for i in incidents[:10])
+    more = f" and {len(incidents) - 10} more" if len(incidents) > 10 else ""
+    return f"the store has: {shown}{more} (`forensics incidents` lists them)"
+
+
+def resolve_incidents(store, spec: str, gap_minutes: float = DEFAULT_GAP_MINUTES) -> list[Incident]:  # noqa: ANN001
+    return select_incidents(build_incidents(store, gap_minutes), spec)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the documented JSON
+
+
+def conclusion_json(c: Conclusion) -> dict[str, Any]:
+    d = to_jsonable(c)
+    d["evidence"] = [{"path": e.path, "line": e.line, "line_end": e.line_end, "note": e.note} for e in c.evidence_for]
+    lead = {k: d.pop(k) for k in ("kind", "confidence", "statement", "evidence")}
+    return {**lead, **d}
+
+
+def incident_json(inc: Incident) -> dict[str, Any]:
+    """`Incident.to_json()` reshaped: `root_cause` and each of `conclusions` lead with kind, confidence,
+    statement and evidence [{path, line}]; `symptoms` are the explained events themselves."""
+    d = inc.to_json()
+    d["root_cause"] = conclusion_json(inc.root_cause) if inc.root_cause is not None else None
+    d["conclusions"] = [conclusion_json(c) for c in inc.conclusions]
+    events = {e.id: e for e in inc.events}
+    by = {x: c.rule for c in reversed(inc.conclusions) for x in c.explains}
+    d["symptoms"] = [{"id": x, "kind": events[x].kind if x in events else None,
+                      "ts": events[x].ts if x in events else None, "unit": events[x].unit if x in events else None,
+                      "title": events[x].title if x in events else None,
+                      "path": events[x].path if x in events else None, "line": events[x].line if x in events else None,
+                      "explained_by": by.get(x)} for x in inc.symptoms]
+    order = ["id", "start", "end", "hosts", "units", "headline", "root_cause", "symptoms", "gaps", "conclusions",
+             "configs", "environment", "events", "sources"]
+    return {k: d[k] for k in order if k in d} | {k: v for k, v in d.items() if k not in order}
+
+
+def incidents_json(incidents: Sequence[Incident]) -> str:
+    return json.dumps([incident_json(i) for i in incidents], indent=1, ensure_ascii=False)

@@ -1,0 +1,478 @@
+"""The matching engine, casts, every built-in rule's examples, explain, and the rules/explain/events commands."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import click
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from forensics import cli_rules
+from forensics.match import (
+    cast_bytes,
+    cast_cgroup_unit,
+    cast_duration,
+    cast_duration_ms,
+    cast_flags,
+    cast_kb,
+    cast_signal,
+    cast_sm_arch,
+    event_fields,
+    explain,
+    match_records,
+    parse_server_args,
+    run_examples,
+    top_level,
+)
+from forensics.rulepacks import RuleSet, load_pack, load_rules
+from forensics.schema import EVENT_SCHEMA, RECORD_SCHEMA, conform
+
+T0 = datetime(2025, 5, 25, 20, 17, 19, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def rules() -> RuleSet:
+    return load_rules(env={})
+
+
+@pytest.fixture(scope="module")
+def example_results(rules: RuleSet):
+    return run_examples(rules)
+
+
+def records(rows: list[dict]) -> pl.DataFrame:
+    """A record frame from partial rows (line numbers default to the row order)."""
+    full = []
+    for i, r in enumerate(rows, 1):
+        d = {"path": "t.log", "line": i, "line_end": i, "ts": T0, "ts_source": "exact", "format": "journal-short",
+             "source_id": "abc", **r}
+        d.setdefault("line_end", d["line"])
+        full.append(d)
+    return conform(pl.DataFrame(full, schema_overrides={"ts": RECORD_SCHEMA["ts"]}, strict=False), RECORD_SCHEMA)
+
+
+# ------------------------------------------------------------------------------------------ every example
+
+
+def _rule_ids() -> list[str]:
+    return [r.id for r in load_rules(env={}).rules]
+
+
+@pytest.mark.parametrize("rule_id", _rule_ids())
+def test_rule_examples(rule_id: str, example_results) -> None:
+    mine = [r for r in example_results if r.rule == rule_id]
+    assert any(r.expect_match for r in mine) and any(not r.expect_match for r in mine)
+    bad = [str(r) for r in mine if not r.ok]
+    assert not bad, "\n".join(bad)
+
+
+def test_failing_example_names_rule_and_line(tmp_path: Path) -> None:
+    p = tmp_path / "p.yaml"
+    p.write_text("""pack: p
+rules:
+  - id: p.exit
+    kind: service_exited
+    severity: warning
+    role: symptom
+    pattern: '(?m)^(?P<unit>[^\\s:]+): Main process exited, code=exited, status=(?P<status>\\d+)'
+    title: '{unit}'
+    explain: x
+    examples:
+      match:
+        - line: 'May 25 20:17:19 h systemd[1]: a.service: Main process exited, code=exited, status=1/FAILURE'
+          fields: {status: 1}
+      near_miss:
+        - 'May 25 20:17:19 h systemd[1]: a.service: Main process exited, code=exited, status=0/SUCCESS'
+""")
+    res = run_examples(RuleSet(rules=load_pack(p).rules))
+    bad = [str(r) for r in res if not r.ok]
+    assert len(bad) == 2
+    assert any("p.yaml:12: p.exit: example: status: expected 1, got '1'" in b for b in bad), bad
+    assert any("p.yaml:15: p.exit: near-miss: matched but must not" in b for b in bad), bad
+
+
+# ------------------------------------------------------------------------------------------ engine
+
+
+def test_single_line_event_schema_and_fields(rules: RuleSet) -> None:
+    df = records([
+        {"ident": "systemd", "pid": 1, "unit": "sglang.service",
+         "message": "sglang.service: Main process exited, code=killed, status=9/KILL"},
+        {"ident": "sshd", "pid": 22, "message": "Accepted publickey for root from 10.0.0.1 port 1 ssh2"},
+    ])
+    ev = match_records(df, rules)
+    assert dict(ev.schema) == EVENT_SCHEMA
+    assert ev.height == 1
+    e = ev.row(0, named=True)
+    assert (e["kind"], e["rule"], e["severity"], e["role"]) == ("service_killed", "systemd.main_killed", "error",
+                                                                 "symptom")
+    assert e["unit"] == "sglang.service" and e["pid"] == 1 and e["ts"] == T0 and e["line"] == 1
+    assert e["fields"] == '{"signal":"KILL","status":9,"unit":"sglang.service","which":"Main"}'
+    assert e["title"] == "sglang.service: Main process killed by signal KILL"
+
+
+def test_applies_filters_by_ident_and_null_never_excludes(rules: RuleSet) -> None:
+    line = ("Out of memory: Killed process 48213 (python3) total-vm:1kB, anon-rss:2kB, file-rss:3kB, "
+            "shmem-rss:0kB, UID:0 pgtables:4kB oom_score_adj:0")
+    ev = match_records(records([{"ident": "python3", "message": line}, {"ident": "kernel", "message": line},
+                                {"ident": None, "format": "text", "message": line}]), rules)
+    got = ev.filter(pl.col("rule") == "kernel.oom_kill")
+    assert got["line"].to_list() == [2, 3]
+    assert got["pid"].to_list() == [48213, 48213]
+
+
+def test_exclude_pattern(rules: RuleSet) -> None:
+    ev = match_records(records([
+        {"ident": "systemd", "message": "Started session-4.scope - Session 4 of User root."},
+        {"ident": "systemd", "message": "Started sglang.service - SGLang server."},
+    ]), rules)
+    assert ev["rule"].to_list() == ["systemd.started"] and ev["line"].to_list() == [2]
+    assert ev["unit"].to_list() == ["sglang.service"]
+
+
+OOM_LINES = [
+    ("kernel", "python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, "
+               "oom_score_adj=0"),
+    ("kernel", "CPU: 7 PID: 48213 Comm: python3 Tainted: P           OE      6.8.0-57-generic #59~22.04.1-Ubuntu"),
+    ("kernel", "oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0-1,global_oom,"
+               "task_memcg=/system.slice/sglang.service,task=python3,pid=48213,uid=0"),
+    ("kernel", "Out of memory: Killed process 48213 (python3) total-vm:123456789kB, anon-rss:98765432kB, "
+               "file-rss:123456kB, shmem-rss:0kB, UID:0 pgtables:250000kB oom_score_adj:0"),
+    ("kernel", "oom_reaper: reaped process 48213 (python3), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB"),
+]
+
+
+def test_oom_report_over_several_records_is_one_event(rules: RuleSet) -> None:
+    rows = []
+    for i, (ident, msg) in enumerate(OOM_LINES):
+        rows.append({"ident": ident, "host": "a", "message": msg, "ts": T0 + timedelta(milliseconds=i)})
+        # another host's kernel OOM report interleaved: must not be merged into host a's event
+        rows.append({"ident": "kernel", "host": "b", "message": msg.replace("48213", "777").replace(
+            "python3 invoked", "kworker/u8:1 invoked"), "ts": T0 + timedelta(milliseconds=i)})
+    ev = match_records(records(rows), rules)
+    kills = ev.filter(pl.col("kind") == "oom_kill").sort("host")
+    assert kills.height == 2
+    a, b = event_fields(kills)
+    assert a["trigger_process"] == "python3" and b["trigger_process"] == "kworker/u8:1"
+    assert a["constraint"] == "global" and a["cgroup"] == "/system.slice/sglang.service"
+    assert a["pid"] == 48213 and a["anon_rss_kb"] == 98765432 and a["reaped_anon_rss_kb"] == 0
+    assert kills["unit"].to_list() == ["sglang.service", "sglang.service"]
+    assert kills.row(0, named=True)["line"] == 1 and kills.row(0, named=True)["line_end"] == 9
+    assert set(ev["kind"]) >= {"oom_invoked", "oom_kill", "oom_reaped"}
+
+
+def test_oom_report_in_one_multiline_record(rules: RuleSet) -> None:
+    msg = "\n".join(m for _, m in OOM_LINES)
+    ev = match_records(records([{"ident": "kernel", "message": msg, "line": 10, "line_end": 14}]), rules)
+    (f,) = event_fields(ev.filter(pl.col("kind") == "oom_kill"))
+    assert f["trigger_process"] == "python3" and f["constraint"] == "global" and f["reaped_anon_rss_kb"] == 0
+    assert ev.filter(pl.col("kind") == "oom_kill").select("line", "line_end").row(0) == (10, 14)
+
+
+def test_context_outside_the_time_window_is_ignored(rules: RuleSet) -> None:
+    rows = [{"ident": "kernel", "message": OOM_LINES[0][1], "ts": T0 - timedelta(hours=1)},
+            {"ident": "kernel", "message": OOM_LINES[3][1], "ts": T0}]
+    (f,) = event_fields(match_records(records(rows), rules).filter(pl.col("kind") == "oom_kill"))
+    assert "trigger_process" not in f and f["constraint"] == "global"
+
+
+def test_context_uses_monotonic_seconds_without_wall_time(rules: RuleSet) -> None:
+    rows = [{"ident": "kernel", "format": "dmesg", "ts": None, "mono": 8120.1, "message": OOM_LINES[0][1]},
+            {"ident": "kernel", "format": "dmesg", "ts": None, "mono": 8120.2, "message": OOM_LINES[3][1]}]
+    (f,) = event_fields(match_records(records(rows), rules).filter(pl.col("kind") == "oom_kill"))
+    assert f["trigger_process"] == "python3"
+
+
+def test_vectorised_and_python_paths_agree(rules: RuleSet) -> None:
+    rows = [{"ident": "systemd", "message": m} for m in (
+        "a.service: Main process exited, code=exited, status=1/FAILURE",
+        "a.service: Scheduled restart job, restart counter is at 3.",
+        "Started sglang.service - SGLang \"quoted\" \\ server.",
+        "b.service: Failed with result 'signal'.",
+    )] + [{"ident": "kernel", "message": m} for _, m in OOM_LINES] + [
+        {"ident": "python3", "format": "sglang", "rank": "TP1", "message": "Received sigquit from a child process. "
+                                                                          "It usually means the child failed."}]
+    a = match_records(records(rows), rules)
+    b = match_records(records(rows), rules, vectorise=False)
+    assert a.equals(b)
+    assert a.filter(pl.col("rule") == "systemd.started")["fields"][0] == (
+        '{"description":"SGLang \\"quoted\\" \\\\ server","state":"Started","unit":"sglang.service"}')
+
+
+def test_regex_engine_rule_with_lookahead(rules: RuleSet) -> None:
+    ev = match_records(records([
+        {"format": "text", "message": "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"},
+        {"format": "text", "message": "RuntimeError: CUDA error: out of memory"},
+    ]), rules)
+    assert ev.select("line", "kind").rows() == [(1, "cuda_error"), (2, "cuda_oom")]
+
+
+def test_events_sorted_by_path_line_rule(rules: RuleSet) -> None:
+    msg = "a.service: Main process exited, code=killed, status=9/KILL"
+    df = records([{"ident": "systemd", "message": msg, "path": p, "line": n} for p, n in
+                  (("z.log", 1), ("a.log", 7), ("a.log", 2))])
+    assert match_records(df, rules).select("path", "line").rows() == [("a.log", 2), ("a.log", 7), ("z.log", 1)]
+
+
+def test_empty_inputs(rules: RuleSet) -> None:
+    assert match_records(records([]).clear(), rules).height == 0
+    assert match_records(records([{"message": "nothing to see"}]), rules).height == 0
+    assert dict(match_records(records([{"message": None}]), rules).schema) == EVENT_SCHEMA
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200), min_size=1,
+                max_size=5))
+def test_never_raises_on_arbitrary_messages(rules: RuleSet, msgs: list[str]) -> None:
+    ev = match_records(records([{"message": m, "ident": "kernel"} for m in msgs]), rules)
+    assert dict(ev.schema) == EVENT_SCHEMA
+
+
+# ------------------------------------------------------------------------------------------ noise near-misses
+
+
+NOISE = [
+    "May 25 20:17:19 gpu-a01 systemd[1]: dcgm-exporter.service: Main process exited, code=exited, status=1/FAILURE",
+    "May 25 20:17:19 gpu-a01 systemd[1]: dcgm-exporter.service: Main process exited, code=exited, status=0/SUCCESS",
+    "May 25 20:17:19 gpu-a01 python3[45286]: [2025-05-25 20:17:19 TP0] KV cache pool is full. Retract requests. "
+    "#retracted_reqs: 2, #new_token_ratio: 0.4012 -> 0.7000",
+    "May 25 20:17:19 gpu-a01 python3[45286]: [2025-05-25 20:17:19 TP0] Prefill out of memory is not expected here; "
+    "#queue-req: 3, chunked_prefill_size: 8192",
+    "May 25 20:17:19 gpu-a01 python3[45286]: [2025-05-25 20:17:19 TP0] Scheduler watchdog: forward pass took 1.73 s "
+    "(threshold 300 s)",
+    "May 25 20:17:19 gpu-a01 python3[45286]: [2025-05-25 20:17:19] ERROR:    Exception in ASGI application",
+    "May 25 20:17:19 gpu-a01 python3[45286]: Traceback (most recent call last):",
+    'May 25 20:17:19 gpu-a01 python3[45286]:   File "/usr/lib/python3.10/asyncio/tasks.py", line 445, in wait_for',
+    "May 25 20:17:19 gpu-a01 python3[45286]:     return fut.result()",
+    "May 25 20:17:19 gpu-a01 python3[45286]: asyncio.exceptions.CancelledError",
+    "May 25 20:17:20 gpu-a01 kernel: NVRM: GPU at PCI:0000:3b:00.0: GPU-0b11d014-1685-04bd-26ed-5fc0bc1c44ae",
+]
+
+
+def test_corpus_noise_produces_no_cause(rules: RuleSet) -> None:
+    from forensics.parse import parse_text
+
+    ev = match_records(parse_text("\n".join(NOISE) + "\n", path="noise.log"), rules)
+    assert ev.filter(pl.col("role") == "cause").height == 0
+    assert set(ev["kind"]) <= {"service_exited", "kv_cache_pressure", "python_traceback"}
+    tb = ev.filter(pl.col("kind") == "python_traceback")
+    assert tb.height == 1 and event_fields(tb)[0]["origin"] == "Exception in ASGI application"
+
+
+# ------------------------------------------------------------------------------------------ casts
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("1.16 GiB", 1245540516), ("471.69 MiB", 494602813), ("123 bytes", 123), ("61.2G", 65712999629),
+    ("512K", 524288), ("0B", 0),
+])
+def test_cast_bytes(text: str, expected: int) -> None:
+    assert cast_bytes(text) == expected
+
+
+def test_cast_kb_duration_signal_sm_cgroup() -> None:
+    assert cast_kb("98765432kB") == 98765432 and cast_kb("98765432") == 98765432 and cast_kb("1 GiB") == 1048576
+    assert cast_duration("2min 3.456s") == pytest.approx(123.456)
+    assert cast_duration("1h 2min") == 3720 and cast_duration("345ms") == pytest.approx(0.345)
+    assert cast_duration_ms("600000 milliseconds") == 600000 and cast_duration("3min") == 180
+    with pytest.raises(ValueError):
+        cast_duration("soon")
+    assert cast_signal("SIGKILL") == "KILL" and cast_signal("9") == "KILL" and cast_signal("ABRT") == "ABRT"
+    assert cast_sm_arch("compute_120a") == "sm_120" and cast_sm_arch("12.0") == "sm_120"
+    assert cast_sm_arch("[12]") == "sm_12x" and cast_sm_arch("90") == "sm_90"
+    assert cast_cgroup_unit("/system.slice/sglang.service") == "sglang.service"
+    assert cast_cgroup_unit("/user.slice/user-1001.slice/session-190.scope") == "session-190.scope"
+    assert cast_cgroup_unit("/") is None
+
+
+def test_flags_from_command_lines() -> None:
+    f = cast_flags("/root/venv/bin/python -m sglang.launch_server --model-path /m --tp-size 8 "
+                   "--mem-fraction-static=0.90 --trust-remote-code --cuda-graph-bs 1 2 4 --chat-template 'a b' "
+                   "--offset -1")
+    assert f == {"--model-path": "/m", "--tp-size": "8", "--mem-fraction-static": "0.90",
+                 "--trust-remote-code": True, "--cuda-graph-bs": "1 2 4", "--chat-template": "a b",
+                 "--offset": "-1"}
+    assert cast_flags("python -m x --a 'unbalanced") == {"--a": "'unbalanced"}
+
+
+def test_flags_from_server_args_never_eval() -> None:
+    text = ("server_args=ServerArgs(model_path='/models/Q', mem_fraction_static=0.9, tp_size=8, "
+            "trust_remote_code=False, dist_timeout=None, json_model_override_args='{\"a\": [1, 2]}', "
+            "lora_paths=['x', 'y'], chat_template=\"it's\", api_key=__import__('os').system('true'))")
+    f = parse_server_args(text)
+    assert f["--model-path"] == "/models/Q" and f["--mem-fraction-static"] == "0.9" and f["--tp-size"] == "8"
+    assert f["--trust-remote-code"] is False and f["--dist-timeout"] is None
+    assert f["--json-model-override-args"] == '{"a": [1, 2]}' and f["--lora-paths"] == "['x', 'y']"
+    assert f["--api-key"] == "__import__('os').system('true')" and f["--chat-template"] == "it's"
+    d = parse_server_args("server_args={'model_path': '/m', 'enable_metrics': True, 'tp_size': 2}")
+    assert d == {"--model-path": "/m", "--enable-metrics": True, "--tp-size": "2"}
+
+
+# ------------------------------------------------------------------------------------------ explain
+
+
+def _explain(rules: RuleSet, line: str):
+    from forensics.parse import parse_text
+
+    (rec,) = explain(parse_text(line), rules).records
+    return rec
+
+
+def test_explain_tells_near_miss_from_no_match_systemd(rules: RuleSet) -> None:
+    r = _explain(rules, "May 25 20:17:19 h systemd[1]: x.service: Main process exited, code=trapped, status=5/TRAP")
+    assert r.verdict == "near_miss"
+    texts = [n.describe() for n in r.near]
+    assert "near miss: systemd.main_killed: matched `...: Main process exited, code=` but not `killed`" in texts
+    r = _explain(rules, "May 25 20:17:19 h sshd[7]: Accepted publickey for root from 10.0.0.1 port 22 ssh2")
+    assert r.verdict == "no_match" and not r.near
+
+
+def test_explain_tells_near_miss_from_no_match_kernel(rules: RuleSet) -> None:
+    r = _explain(rules, "[ 8120.114230] Out of memory: Killed process 48213 (python3) total-vm:123kB, anon-rss:9")
+    assert r.verdict == "near_miss" and r.near[0].rule == "kernel.oom_kill"
+    assert r.near[0].missing == "kB" and "Killed process 48213 (python3)" in r.near[0].matched
+    r = _explain(rules, "[ 8120.114230] EXT4-fs (nvme0n1p1): mounted filesystem with ordered data mode.")
+    assert r.verdict == "no_match"
+
+
+def test_explain_reports_why_a_matching_pattern_did_not_apply(rules: RuleSet) -> None:
+    r = _explain(rules, "May 25 20:17:19 h python3[9]: Out of memory: Killed process 1 (x) total-vm:1kB, "
+                        "anon-rss:2kB, file-rss:3kB, shmem-rss:0kB")
+    assert r.verdict == "near_miss"
+    assert "applies only where ident is kernel (this record: ident=python3)" in r.near[0].describe()
+
+
+def test_explain_match(rules: RuleSet) -> None:
+    r = _explain(rules, "May 25 20:17:19 dflash-train systemd[1]: sglang-k26-eagle3.service: Failed to kill control "
+                        "group /system.slice/sglang-k26-eagle3.service, ignoring: Invalid argument")
+    assert r.verdict == "match" and r.events[0]["kind"] == "cgroup_kill_failed"
+
+
+def test_top_level_items() -> None:
+    flags, (items,) = top_level(r"(?m)^(?P<u>[^\s:]+): x\.y[a-c]{2,3}?(?:k|l)+z")
+    assert flags == "(?m)"
+    assert items == ["^", r"(?P<u>[^\s:]+)", ":", " ", "x", r"\.", "y", "[a-c]{2,3}?", "(?:k|l)+", "z"]
+    assert len(top_level("a|b(c|d)")[1]) == 2
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+@pytest.fixture
+def cli() -> click.Group:
+    @click.group()
+    @click.pass_context
+    def main(ctx: click.Context) -> None:
+        ctx.ensure_object(dict)
+
+    cli_rules.register(main)
+    return main
+
+
+def test_cli_rules_list_show_test(cli: click.Group) -> None:
+    run = CliRunner()
+    res = run.invoke(cli, ["rules", "list", "--json"])
+    assert res.exit_code == 0
+    rows = json.loads(res.output)
+    assert {"id", "kind", "severity", "role", "pack", "source"} <= set(rows[0])
+    res = run.invoke(cli, ["rules", "show", "kernel.oom_kill"])
+    assert res.exit_code == 0 and "signal" in res.output.lower() and "context:" in res.output
+    res = run.invoke(cli, ["rules", "show", "kernel.oom_kil"])
+    assert res.exit_code == 1 and "did you mean kernel.oom_kill" in res.output
+    res = run.invoke(cli, ["rules", "test", "systemd", "kernel"])
+    assert res.exit_code == 0, res.output
+    res = run.invoke(cli, ["rules", "test", "nosuchpack"])
+    assert res.exit_code == 2
+
+
+def test_cli_rules_test_and_check_fail_with_location(cli: click.Group, tmp_path: Path) -> None:
+    p = tmp_path / "mine.yaml"
+    p.write_text("""pack: mine
+rules:
+  - id: mine.ready
+    kind: server_ready
+    severity: info
+    role: context
+    pattern: 'fired up and ready to roll'
+    title: ready
+    explain: ready
+    examples:
+      match: ['[2025-05-25 20:11:52] The server is fired up and ready to go!']
+      near_miss: ['INFO:     Application startup complete.']
+""")
+    res = CliRunner().invoke(cli, ["rules", "test", str(p)])
+    assert res.exit_code == 1 and "mine.yaml:11: mine.ready: example: did not match" in res.output
+    res = CliRunner().invoke(cli, ["rules", "check", str(p)])
+    assert res.exit_code == 1 and "mine.yaml:11: mine.ready" in res.output
+    p.write_text(p.read_text().replace("    pattern:", "    patern:"))
+    res = CliRunner().invoke(cli, ["rules", "check", str(p)])
+    assert res.exit_code == 1 and "mine.yaml:7: unknown key 'patern' in rule 'mine.ready'" in res.output
+    res = CliRunner().invoke(cli, ["rules", "check", str(tmp_path / "missing.yaml")])
+    assert res.exit_code == 2
+
+
+def test_cli_explain(cli: click.Group, tmp_path: Path) -> None:
+    run = CliRunner()
+    res = run.invoke(cli, ["explain", "May 25 20:17:19 h systemd[1]: x.service: Main process exited, code=killed, "
+                                      "status=9/KILL"])
+    assert res.exit_code == 0 and "systemd.main_killed -> service_killed" in res.output
+    res = run.invoke(cli, ["explain", "May 25 20:17:19 h systemd[1]: x.service: Main process exited, code=trapped, "
+                                      "status=5/TRAP"])
+    assert res.exit_code == 1 and "near miss: systemd.main_killed: matched `...: Main process exited, code=` " \
+                                  "but not `killed`" in res.output
+    res = run.invoke(cli, ["explain", "hello world"])
+    assert res.exit_code == 1 and "no rule comes close" in res.output
+    f = tmp_path / "k.log"
+    f.write_text("\n".join(f"[ 8120.{i:06d}] {m}" for i, (_, m) in enumerate(OOM_LINES)) + "\n")
+    res = run.invoke(cli, ["explain", "--file", str(f), "--line", "4", "--json"])
+    assert res.exit_code == 0
+    (rec,) = json.loads(res.output)
+    kill = [e for e in rec["events"] if e["kind"] == "oom_kill"][0]
+    assert kill["line"] == 1 and kill["line_end"] == 5 and kill["fields"]["trigger_process"] == "python3"
+
+
+def _events_frame() -> pl.DataFrame:
+    rows = [
+        {"ts": T0, "kind": "oom_kill", "rule": "kernel.oom_kill", "severity": "critical", "role": "cause",
+         "host": "gpu-a", "unit": "sglang.service", "pid": 48213, "title": "OOM", "fields": '{"pid":48213}',
+         "message": "Out of memory: Killed process 48213", "path": "k.log", "line": 10, "line_end": 20},
+        {"ts": T0 + timedelta(seconds=1), "kind": "service_killed", "rule": "systemd.main_killed",
+         "severity": "error", "role": "symptom", "host": "gpu-a", "unit": "sglang.service", "pid": 1,
+         "title": "killed", "fields": '{"signal":"KILL"}', "message": "x", "path": "j.log", "line": 5, "line_end": 5},
+        {"ts": None, "kind": "service_started", "rule": "systemd.started", "severity": "info", "role": "context",
+         "host": "gpu-b", "unit": "other.service", "pid": 1, "title": "Started", "fields": "{}", "message": "y",
+         "path": "j.log", "line": 1, "line_end": 1},
+    ]
+    return conform(pl.DataFrame(rows, schema_overrides={"ts": EVENT_SCHEMA["ts"]}, strict=False), EVENT_SCHEMA)
+
+
+def test_cli_events(cli: click.Group, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_rules, "open_events", lambda ctx: _events_frame().lazy())
+    run = CliRunner()
+    res = run.invoke(cli, ["events", "--json"])
+    assert res.exit_code == 0
+    rows = json.loads(res.output)
+    assert [r["kind"] for r in rows] == ["oom_kill", "service_killed", "service_started"]
+    assert set(rows[0]) == {"ts", "kind", "rule", "severity", "role", "host", "unit", "pid", "source", "line",
+                            "line_end", "message", "fields"}
+    assert rows[0]["ts"] == "2025-05-25T20:17:19.000000Z" and rows[0]["fields"] == {"pid": 48213}
+    assert rows[0]["source"] == "k.log" and rows[2]["ts"] is None
+    res = run.invoke(cli, ["events", "--json", "--severity", "error"])
+    assert [r["kind"] for r in json.loads(res.output)] == ["oom_kill", "service_killed"]
+    res = run.invoke(cli, ["events", "--json", "--role", "cause", "--unit", "sglang.*"])
+    assert [r["kind"] for r in json.loads(res.output)] == ["oom_kill"]
+    res = run.invoke(cli, ["events", "--json", "--kind", "service_killed", "--kind", "service_started",
+                           "--host", "gpu-a"])
+    assert [r["kind"] for r in json.loads(res.output)] == ["service_killed"]
+    res = run.invoke(cli, ["events", "--json", "--since", "2025-05-25 20:17:20", "--until", "2025-05-26"])
+    assert [r["kind"] for r in json.loads(res.output)] == ["service_killed"]
+    res = run.invoke(cli, ["events"])
+    assert res.exit_code == 0 and "k.log:10-20" in res.output and "critical" in res.output
+    res = run.invoke(cli, ["events", "--kind", "gpu_xid"])
+    assert res.exit_code == 1

@@ -1,0 +1,293 @@
+"""Rule pack loading and validation: strict, every error with pack.yaml:line, all errors of a file at once."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from forensics.match import CASTS
+from forensics.rulepacks import (
+    BUILTIN_DIR,
+    CAST_NAMES,
+    KINDS,
+    Engine,
+    RulePackError,
+    derive_literals,
+    load_pack,
+    load_rules,
+    render,
+)
+
+# The stable vocabulary of event-kinds.md (reference/event-kinds.md in the shared reference).
+DOC_KINDS = (
+    "service_killed", "service_exited", "service_core_dumped", "service_failed", "service_start_failed",
+    "unit_oom_killed", "cgroup_kill_failed", "stop_timeout", "restart_scheduled", "start_limit_hit",
+    "service_started", "service_stopped", "core_dump", "oomd_kill", "journal_suppressed", "boot",
+    "oom_invoked", "oom_kill", "oom_reaped", "gpu_xid", "gpu_fallen_off_bus", "segfault", "hung_task",
+    "kernel_panic", "server_config", "server_start", "server_ready", "flashinfer_arch_unsupported",
+    "cuda_arch_unsupported", "cuda_oom", "cuda_error", "nccl_timeout", "nccl_error", "python_traceback",
+    "watchdog_timeout", "child_failed", "health_check_failed",
+)
+SHARED_KINDS_DOC = Path("/work/shared/reference/event-kinds.md")
+
+GOOD_RULE = """\
+  - id: t.killed
+    kind: service_killed
+    severity: error
+    role: symptom
+    pattern: '(?m)^(?P<unit>[^\\s:]+): Main process exited, code=killed, status=(?P<status>\\d+)/(?P<signal>\\w+)'
+    casts: {status: int}
+    title: '{unit} killed by {signal}'
+    explain: the main process was killed by a signal
+    examples:
+      match:
+        - line: 'May 25 20:17:19 h systemd[1]: a.service: Main process exited, code=killed, status=9/KILL'
+          fields: {unit: a.service, status: 9}
+      near_miss:
+        - 'May 25 20:17:19 h systemd[1]: a.service: Main process exited, code=exited, status=1/FAILURE'
+"""
+
+
+def write_pack(d: Path, name: str, body: str, header: str = "") -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / name
+    p.write_text(f"pack: {p.stem}\n{header}rules:\n{body}")
+    return p
+
+
+def errors_of(path: Path) -> list[tuple[str, int, str]]:
+    with pytest.raises(RulePackError) as e:
+        load_pack(path)
+    return e.value.errors
+
+
+# ------------------------------------------------------------------------------------------ built-ins
+
+
+def test_builtin_packs_load_and_cover_every_kind() -> None:
+    rs = load_rules()
+    assert {p.name for p in rs.packs} >= {"systemd", "kernel", "nvidia", "sglang", "flashinfer", "cuda", "nccl",
+                                          "python"}
+    have = {r.kind for r in rs.rules}
+    doc = DOC_KINDS
+    if SHARED_KINDS_DOC.exists():
+        doc = tuple(re.findall(r"^\| `([a-z_]+)` \|", SHARED_KINDS_DOC.read_text(), re.M))
+        assert set(doc) == set(DOC_KINDS)
+    assert not [k for k in doc if k not in have], "every kind of event-kinds.md has a rule"
+    assert set(doc) <= set(KINDS)
+
+
+def test_every_builtin_rule_is_complete() -> None:
+    rs = load_rules()
+    ids = [r.id for r in rs.rules]
+    assert len(ids) == len(set(ids))
+    for r in rs.rules:
+        assert r.examples and r.near_misses, r.id
+        assert r.literals, r.id
+        assert r.explain and r.title and "\n" not in r.title, r.id
+        assert r.engine in (Engine.POLARS, Engine.REGEX)
+        assert r.location.path.endswith(".yaml") and r.location.line > 0
+
+
+def test_casts_in_step_with_the_engine() -> None:
+    assert set(CAST_NAMES) == set(CASTS)
+
+
+def test_builtin_dir_is_the_repo_rules_folder() -> None:
+    assert BUILTIN_DIR.name == "rules" and (BUILTIN_DIR / "systemd.yaml").exists()
+
+
+# ------------------------------------------------------------------------------------------ validation
+
+
+def test_good_pack_loads(tmp_path: Path) -> None:
+    pack = load_pack(write_pack(tmp_path, "good.yaml", GOOD_RULE))
+    (r,) = pack.rules
+    assert r.id == "t.killed" and r.groups == ("unit", "status", "signal")
+    assert r.literals == (": Main process exited, code=killed, status=",)
+    assert r.location.line == 3 and r.examples[0].location.line == 13
+
+
+def test_unknown_key_names_file_line_and_suggests(tmp_path: Path) -> None:
+    p = write_pack(tmp_path, "typo.yaml", GOOD_RULE.replace("    pattern:", "    patern:"))
+    errs = errors_of(p)
+    msgs = [f"{Path(a).name}:{n}: {m}" for a, n, m in errs]
+    assert "typo.yaml:7: unknown key 'patern' in rule 't.killed' (did you mean 'pattern'?)" in msgs
+    assert "is missing pattern" in str(RulePackError(errs))
+
+
+def test_missing_near_miss_is_an_error(tmp_path: Path) -> None:
+    body = GOOD_RULE.split("      near_miss:")[0]
+    errs = errors_of(write_pack(tmp_path, "nonear.yaml", body))
+    assert any("needs at least one `examples.near_miss`" in m and n == 11 for _, n, m in errs), errs
+
+
+def test_missing_match_example_is_an_error(tmp_path: Path) -> None:
+    body = GOOD_RULE.replace("      match:\n        - line: 'May 25 20:17:19 h systemd[1]: a.service: Main process "
+                             "exited, code=killed, status=9/KILL'\n          fields: {unit: a.service, status: 9}\n",
+                             "")
+    errs = errors_of(write_pack(tmp_path, "nomatch.yaml", body))
+    assert any("examples.match" in m for _, _, m in errs), errs
+
+
+def test_all_errors_of_a_file_in_one_pass(tmp_path: Path) -> None:
+    bad = (GOOD_RULE.replace("kind: service_killed", "kind: service_kiled")
+           .replace("severity: error", "severity: fatal")
+           .replace("casts: {status: int}", "casts: {status: integer, nosuch: int}")
+           .replace("title: '{unit} killed by {signal}'", "title: '{unit} killed by {signl}'"))
+    bad2 = GOOD_RULE.replace("t.killed", "t.two").replace("(?P<unit>[^\\s:]+)", "(?P<unit>[^\\s:]+")
+    errs = errors_of(write_pack(tmp_path, "many.yaml", bad + bad2))
+    text = "\n".join(f"{n}: {m}" for _, n, m in errs)
+    assert "unknown kind 'service_kiled'" in text and "did you mean 'service_killed'" in text
+    assert "severity 'fatal' is not one of" in text
+    assert "unknown cast 'integer'" in text and "did you mean 'int'" in text
+    assert "the pattern has no group 'nosuch'" in text
+    assert "unknown placeholder {signl}" in text
+    assert "bad pattern" in text
+    assert len(errs) >= 6
+    assert [n for _, n, _ in errs] == sorted(n for _, n, _ in errs)
+
+
+def test_duplicate_ids_and_keys(tmp_path: Path) -> None:
+    errs = errors_of(write_pack(tmp_path, "dup.yaml", GOOD_RULE + GOOD_RULE.replace("    role: symptom\n",
+                                                                                       "    role: symptom\n"
+                                                                                       "    role: cause\n")))
+    text = "\n".join(m for _, _, m in errs)
+    assert "duplicate rule id 't.killed' (first at line 3)" in text
+    assert "duplicate key 'role'" in text
+
+
+def test_unsafe_yaml_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "evil.yaml"
+    p.write_text("pack: evil\nrules: !!python/object/apply:os.system ['touch /tmp/pwned']\n")
+    with pytest.raises(RulePackError) as e:
+        load_pack(p)
+    assert "evil.yaml:2" in str(e.value)
+
+
+def test_invalid_yaml_reports_its_line(tmp_path: Path) -> None:
+    p = tmp_path / "broken.yaml"
+    p.write_text("pack: x\nrules:\n  - id: a\n    kind: [unclosed\n")
+    errs = errors_of(p)
+    assert errs[0][2].startswith("not valid YAML") and errs[0][1] >= 4
+
+
+def test_lookaround_uses_the_regex_engine(tmp_path: Path) -> None:
+    body = GOOD_RULE.replace("code=killed, status=", "code=killed, (?=status=)status=")
+    (r,) = load_pack(write_pack(tmp_path, "la.yaml", body)).rules
+    assert r.engine is Engine.REGEX
+    forced = body.replace("    casts:", "    engine: polars\n    casts:")
+    errs = errors_of(write_pack(tmp_path, "la2.yaml", forced))
+    assert any("does not compile in polars" in m for _, _, m in errs)
+
+
+def test_pattern_without_literal_needs_declared_literals(tmp_path: Path) -> None:
+    body = GOOD_RULE.replace(
+        "'(?m)^(?P<unit>[^\\s:]+): Main process exited, code=killed, status=(?P<status>\\d+)/(?P<signal>\\w+)'",
+        "'(?P<unit>\\w+) (?P<status>\\d+) (?P<signal>\\w+)'")
+    errs = errors_of(write_pack(tmp_path, "nolit.yaml", body))
+    assert any("declare `literals:`" in m for _, _, m in errs)
+    ok = body.replace("    casts:", "    literals: ['Main process']\n    casts:")
+    (r,) = load_pack(write_pack(tmp_path, "nolit2.yaml", ok)).rules
+    assert r.literals == ("Main process",)
+
+
+def test_unknown_lookup_table(tmp_path: Path) -> None:
+    body = GOOD_RULE.replace("    casts: {status: int}\n",
+                             "    casts: {status: int}\n    derive:\n      - {field: meaning, from: [status], lookup: nope}\n")
+    errs = errors_of(write_pack(tmp_path, "lk.yaml", body))
+    assert any("unknown lookup table 'nope'" in m for _, _, m in errs)
+
+
+def test_pack_may_declare_kinds(tmp_path: Path) -> None:
+    body = GOOD_RULE.replace("kind: service_killed", "kind: my_kind")
+    errs = errors_of(write_pack(tmp_path, "k1.yaml", body))
+    assert any("unknown kind 'my_kind'" in m for _, _, m in errs)
+    pack = load_pack(write_pack(tmp_path, "k2.yaml", body, header="kinds: {my_kind: {role: cause}}\n"))
+    assert pack.rules[0].kind == "my_kind" and dict(pack.kinds)["my_kind"].value == "cause"
+
+
+def test_example_fields_must_be_producible(tmp_path: Path) -> None:
+    body = GOOD_RULE.replace("fields: {unit: a.service, status: 9}", "fields: {unit: a.service, stauts: 9}")
+    errs = errors_of(write_pack(tmp_path, "ef.yaml", body))
+    assert any("expects field 'stauts'" in m for _, _, m in errs)
+
+
+# ------------------------------------------------------------------------------------------ layers
+
+
+def test_user_layer_overrides_builtin_and_env_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = load_rules()
+    over = GOOD_RULE.replace("t.killed", "systemd.main_killed").replace("severity: error", "severity: critical")
+    write_pack(tmp_path / "user", "mine.yaml", over)
+    rs = load_rules([tmp_path / "user"])
+    assert len(rs) == len(base)
+    assert rs.get("systemd.main_killed").severity.value == "critical"
+    assert rs.get("systemd.main_killed").pack == "mine"
+    # FORENSICS_RULES is a layer below --rules
+    write_pack(tmp_path / "env", "envpack.yaml", GOOD_RULE.replace("t.killed", "env.rule"))
+    monkeypatch.setenv("FORENSICS_RULES", str(tmp_path / "env"))
+    rs2 = load_rules([tmp_path / "user"])
+    assert rs2.get("env.rule") is not None and len(rs2) == len(base) + 1
+
+
+def test_duplicate_ids_inside_one_layer(tmp_path: Path) -> None:
+    write_pack(tmp_path / "u", "a.yaml", GOOD_RULE)
+    write_pack(tmp_path / "u", "b.yaml", GOOD_RULE)
+    with pytest.raises(RulePackError) as e:
+        load_rules([tmp_path / "u"])
+    assert "duplicate rule id 't.killed' in one layer" in str(e.value)
+    # the same id in two layers is an override, not an error
+    write_pack(tmp_path / "v", "c.yaml", GOOD_RULE)
+    write_pack(tmp_path / "w", "d.yaml", GOOD_RULE)
+    assert load_rules([tmp_path / "v", tmp_path / "w"]).get("t.killed").pack == "d"
+
+
+def test_missing_rules_directory(tmp_path: Path) -> None:
+    with pytest.raises(RulePackError) as e:
+        load_rules([tmp_path / "nope"])
+    assert "rules directory does not exist" in str(e.value)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+@pytest.mark.parametrize("pattern,expected", [
+    (r"(?m)^(?P<unit>\S+): Main process exited, code=killed", (": Main process exited, code=killed",)),
+    (r"Killed process (?P<pid>\d+) \((?P<name>[^)]*)\)", ("Killed process ",)),
+    (r"(?:Out of memory|Memory cgroup out of memory): Killed", ("Out of memory", "Memory cgroup out of memory")),
+    (r"(?:Traceback \(most recent call last\)|Stack trace of thread)", ("Traceback (most recent call last)",
+                                                                      "Stack trace of thread")),
+    (r"(?i)watchdog timeout", ("watchdog timeout",)),
+    (r"\d+ \w+", None),
+])
+def test_derive_literals(pattern: str, expected: tuple[str, ...] | None) -> None:
+    got = derive_literals(pattern)
+    assert (got[0] if got else None) == expected
+    if pattern.startswith("(?i)"):
+        assert got[1] is True
+
+
+def test_render_fills_missing_with_question_mark() -> None:
+    assert render("{unit}: {signal} ({nope})", {"unit": "a.service", "signal": None}) == "a.service: ? (?)"
+
+
+def test_ruleset_literals_include_context_patterns() -> None:
+    rs = load_rules()
+    lits = rs.literals()
+    assert "Killed process " in lits
+    assert any("invoked oom-killer" in x for x in lits)
+
+
+def test_pack_file_text_is_plain(tmp_path: Path) -> None:
+    """A pack with a multi-line example block scalar keeps the lines exactly."""
+    body = GOOD_RULE.replace(
+        "        - line: 'May 25 20:17:19 h systemd[1]: a.service: Main process exited, code=killed, status=9/KILL'",
+        textwrap.indent("- line: |-\n    May 25 20:17:18 h systemd[1]: a.service: Starting\n"
+                        "    May 25 20:17:19 h systemd[1]: a.service: Main process exited, code=killed, status=9/KILL",
+                        "        "))
+    (r,) = load_pack(write_pack(tmp_path, "ml.yaml", body)).rules
+    assert r.examples[0].text.count("\n") == 1
