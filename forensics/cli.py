@@ -91,9 +91,11 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], fmt: str | None, host: st
             last[0] = done
         return tick
 
+    from .rulepacks import RulePackError
+
     try:
         report = run(get_store(ctx), list(paths), opts, progress)
-    except StoreError as e:
+    except (StoreError, RulePackError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
     for bar in bars:
@@ -181,7 +183,13 @@ def rescan(ctx: click.Context, rules_dirs: tuple[str, ...]) -> None:
     """Re-apply the rule packs to the stored records (after a pack changed), without re-reading files."""
     from .pipeline import IngestOptions, rescan as run
 
-    n = run(get_store(ctx), IngestOptions(rules_dirs=rules_dirs))
+    from .rulepacks import RulePackError
+
+    try:
+        n = run(get_store(ctx), IngestOptions(rules_dirs=rules_dirs))
+    except RulePackError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
     click.echo(f"rescanned: {n} events", err=True)
 
 

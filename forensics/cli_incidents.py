@@ -17,7 +17,8 @@ from .model import Incident
 def _line(inc: Incident) -> str:
     rc = inc.root_cause
     conf = rc.confidence.value if rc is not None else "-"
-    when = f"{(inc.start or '-')[:19].replace('T', ' ')} .. {(inc.end or '-')[11:19]}"
+    when = (f"{inc.start[:19].replace('T', ' ')} .. {(inc.end or '')[11:19] or '-'}" if inc.start
+            else "undated (no wall-clock time)")
     return f"{inc.id}\t{when}\t{','.join(inc.hosts)}\t{conf}\t{inc.headline}"
 
 

@@ -973,11 +973,22 @@ class Coverage:
         if not unit_output:
             missing.append(f"the service's own output (journalctl -u {unit})" if unit else
                            "the service's own output")
-        ing = tuple(f"{p} (" + ", ".join(_LOG_WORDS[log] + (f" of {', '.join(us)}" if us else "")
-                                          for log, us in sorted(logs.items())) + ")"
+        ing = tuple(f"{p} (" + ", ".join(_log_words(log, us, unit) for log, us in sorted(logs.items())) + ")"
                     for p, logs in sorted(ingested.items()))
         return CoverageReport(kernel=kernel, unit_output=unit_output, ingested=ing, missing=tuple(missing),
                               notes=tuple(dict.fromkeys(notes)))
+
+
+def _log_words(log: str, units: Sequence[str], unit: str | None) -> str:
+    base = _LOG_WORDS[log]
+    if not units:
+        return base
+    if unit in units:
+        n = len(units) - 1
+        return f"{base} of {unit}" + (f" and of {n} other unit{'s' if n > 1 else ''}" if n else "")
+    if len(units) <= 2:
+        return f"{base} of {' and '.join(units)}"
+    return f"{base} of {len(units)} other units"
 
 
 def _hms(t: datetime) -> str:
@@ -1097,11 +1108,17 @@ def _pick(cands: list[EventView], step: Step, anchor_t: float) -> EventView | No
 def match_at(tl: Timeline, c: Correlation, anchor: EventView, used_unique: set[int] | frozenset = frozenset()
              ) -> Match | None:
     """The firing of `c` at `anchor`, or None. Steps are bound nearest-first (by kind preference, then time
-    distance), so the result is the tightest match; ordered steps respect the listed order."""
-    assert anchor.t is not None
+    distance), so the result is the tightest match; ordered steps respect the listed order. An untimed anchor
+    (kernel seconds not anchored to the wall clock) fires only correlations whose other steps are optional, and
+    binds nothing else: without a time there is no window."""
     a_step = c.step(c.anchor)
     if anchor.kind not in a_step.kinds or not _where_ok(anchor, a_step.where):
         return None
+    if anchor.t is None:
+        if not untimed_ok(c):
+            return None
+        return Match(correlation=c, anchor=anchor,
+                     bound=tuple((s.name, (anchor,) if s.name == c.anchor else ()) for s in c.steps))
     k = [s.name for s in c.steps].index(c.anchor)
     bound: dict[str, tuple[EventView, ...]] = {c.anchor: (anchor,)}
     taken = {anchor.seq}
@@ -1164,12 +1181,19 @@ def match_at(tl: Timeline, c: Correlation, anchor: EventView, used_unique: set[i
     return Match(correlation=c, anchor=anchor, bound=ordered_bound, against=tuple(against))
 
 
+def untimed_ok(c: Correlation) -> bool:
+    """Can `c` fire on an untimed anchor? Only when the anchor is the cause and every other step is optional."""
+    return c.anchor == c.cause and not c.coverage and all(s.min == 0 for s in c.steps if s.name != c.anchor)
+
+
 def find_matches(tl: Timeline, c: Correlation, coverage: Coverage | None = None) -> list[Match]:
-    """Every firing of one correlation, anchors in time order. An event bound by a firing cannot anchor a
-    later firing of the same correlation (a burst is one finding); `unique` steps serve one firing."""
+    """Every firing of one correlation, anchors in time order (untimed ones last, where allowed). An event bound
+    by a firing cannot anchor a later firing of the same correlation (a burst is one finding); `unique` steps
+    serve one firing."""
     a_step = c.step(c.anchor)
-    anchors = sorted((e for k in a_step.kinds for e in tl.by_kind.get(k, []) if e.t is not None),
-                     key=lambda e: (e.t, e.seq))
+    allow_untimed = untimed_ok(c)
+    anchors = sorted((e for k in a_step.kinds for e in tl.by_kind.get(k, []) if e.t is not None or allow_untimed),
+                     key=lambda e: (e.t is None, e.t or 0.0, e.seq))
     used: set[int] = set()
     used_unique: set[int] = set()
     out: list[Match] = []
@@ -1178,6 +1202,10 @@ def find_matches(tl: Timeline, c: Correlation, coverage: Coverage | None = None)
             continue
         m = match_at(tl, c, a, used_unique)
         if m is None:
+            continue
+        if a.ts is None:
+            out.append(m)
+            used.add(a.seq)
             continue
         since, until = kernel_window(a.ts)
         rep = (coverage or Coverage([])).report(a.entities.get("host"), a.entities.get("unit"), a.ts, since, until)
@@ -1242,7 +1270,9 @@ def step_values(evs: Sequence[EventView], anchor: EventView, distinct: str | Non
     vals["count"] = len(evs)
     vals["where"] = f"{e.path}:{e.line}"
     vals["first_line"] = e.message.split("\n", 1)[0]
-    if e.ts is not None:
+    if e.ts is None:
+        vals["time"] = "an unknown time (its kernel seconds are not anchored to the wall clock)"
+    else:
         vals["ts"] = iso(e.ts)
         vals["time"] = _hms(e.ts)
         vals["at"] = e.ts.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
@@ -1291,9 +1321,10 @@ def _values(m: Match) -> dict[str, Any]:
     for ag in c.against:
         evs = tuple(e for g, e in m.against if g is ag)
         vals[ag.name] = step_values(evs, a)
-    since, until = kernel_window(a.ts)
-    vals["since"] = fmt_when(since)
-    vals["until"] = fmt_when(until)
+    if a.ts is not None:
+        since, until = kernel_window(a.ts)
+        vals["since"] = fmt_when(since)
+        vals["until"] = fmt_when(until)
     vals["host"] = a.entities.get("host")
     cause = m.events(c.cause)
     vals["unit"] = a.entities.get("unit") or (cause[0].entities.get("unit") if cause else None)
@@ -1391,8 +1422,8 @@ def _fold_into(target: Finding, f: Finding, fold_statement: str) -> Finding:
 
 def resolve(matches: Sequence[Match]) -> list[Finding]:
     """Matches -> findings: exclusive groups first, then folds (see the module docstring)."""
-    order = sorted(matches, key=lambda m: (-m.correlation.priority, m.anchor.t or 0.0, m.anchor.seq,
-                                           m.correlation.id))
+    order = sorted(matches, key=lambda m: (-m.correlation.priority, m.anchor.t is None, m.anchor.t or 0.0,
+                                           m.anchor.seq, m.correlation.id))
     kept: list[tuple[Match, Finding]] = []
     claimed: dict[tuple[str, str], int] = {}          # (group, anchor id) -> index in kept
     for m in order:
@@ -1422,7 +1453,7 @@ def resolve(matches: Sequence[Match]) -> list[Finding]:
         kept.append((m, f))
     primaries = [(m, f) for m, f in kept if not m.correlation.fold]
     folds = [(m, f) for m, f in kept if m.correlation.fold]
-    primaries.sort(key=lambda mf: (mf[1].t or 0.0, -mf[1].priority, mf[0].correlation.id))
+    primaries.sort(key=lambda mf: (mf[1].t is None, mf[1].t or 0.0, -mf[1].priority, mf[0].correlation.id))
     for m, f in folds:
         target = None
         for i, (_pm, pf) in enumerate(primaries):
@@ -1441,7 +1472,7 @@ def resolve(matches: Sequence[Match]) -> list[Finding]:
         primaries[target] = (pm, _fold_into(pf, f, fill(m.correlation.fold_statement, _values(m))
                                             if m.correlation.fold_statement else ""))
     out = [f for _, f in primaries]
-    out.sort(key=lambda f: (f.t if f.t is not None else 0.0, -f.priority, f.rules[0], f.anchor))
+    out.sort(key=lambda f: (f.t is None, f.t if f.t is not None else 0.0, -f.priority, f.rules[0], f.anchor))
     return out
 
 

@@ -132,8 +132,8 @@ def fingerprint_records(records: pl.DataFrame, evs: Sequence[EventView], kn: Kno
         line, where = gpu_hits[-1]
         g = kn.gpu(line)
         assert g is not None
-        m = re.search(r"(NVIDIA [A-Za-z0-9][A-Za-z0-9 \-]*?" + re.escape(g.match) + r"[A-Za-z0-9 \-]*?)(?=\s+with\b|\s*[|,(]|\s{2,}|$)",
-                      line, re.I)
+        m = re.search(r"(NVIDIA (?:[A-Za-z0-9\-]+ )*?" + re.escape(g.match) + r"[A-Za-z0-9 \-]*?)"
+                      r"(?=\s+with\b|\s*[|,(]|\s{2,}|$)", line, re.I)
         gpu_name = " ".join(m.group(1).split()) if m else g.name
         memory_gb = g.memory_gb
         memory_from = f"{g.name}: {g.memory_gb:g} GB" if g.memory_gb else ""
@@ -195,8 +195,12 @@ def fingerprint(store, host: str | None, source_ids: Sequence[str], evs: Sequenc
                                                 schema={"message": pl.String, "path": pl.String, "line": pl.Int64}),
                                    evs, kn, host)
     lf = store.records(list(source_ids))
-    hostf = (pl.col("host") == host) | pl.col("host").is_null() if null_host else pl.col("host") == host
-    lf = lf.filter(hostf if host is not None else pl.col("host").is_null())
+    if host is None:
+        lf = lf.filter(pl.col("host").is_null())
+    elif null_host:
+        lf = lf.filter((pl.col("host") == host) | pl.col("host").is_null())
+    else:
+        lf = lf.filter(pl.col("host") == host)
     if until is not None:
         lf = lf.filter(pl.col("ts").is_null() | (pl.col("ts") <= until))
     hits = (lf.filter(pl.col("message").str.contains_any(list(LITERALS), ascii_case_insensitive=True))

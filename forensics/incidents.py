@@ -16,13 +16,13 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import PurePath
 from typing import Any
 
 import polars as pl
 
-from .configreview import Hardware, Knowledge, enricher, load_knowledge, review_configs
+from .configreview import Knowledge, enricher, load_knowledge, review_configs
 from .correlate import (
     KERNEL_KINDS,
     SYSTEMD_KINDS,
@@ -32,7 +32,6 @@ from .correlate import (
     Finding,
     SourceSpan,
     correlate_views,
-    entities_of,
     evidence_of,
     fill,
     iso,
@@ -47,6 +46,7 @@ from .schema import EVENT_SCHEMA, conform
 
 DEFAULT_GAP_MINUTES = 15.0
 DUP_SECONDS = 2.0                      # the same line in two sources: this close in time
+UNDATED_LINES = 500                    # untimed significant events this close in one source: one incident
 CONTEXT_KINDS = frozenset({"server_config", "server_ready", "server_start", "service_started", "boot"})
 _TS_RANK = {"exact": 0, "boot_anchored": 1, "zone_assumed": 2, "year_inferred": 3}
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -108,9 +108,6 @@ def prepare(store, kn: Knowledge, host_gpus: Mapping[str, tuple[str | None, str]
     with_host = {p for p, h in zip(spans_df["path"].to_list(), spans_df["host"].to_list()) if h is not None}
     hostless = sorted({p for p, h in zip(spans_df["path"].to_list(), spans_df["host"].to_list())
                        if h is None and p not in with_host})
-    partial = sorted({p for p, h in zip(spans_df["path"].to_list(), spans_df["host"].to_list())
-                      if h is None and p in with_host})
-    del partial
     if single:
         fill_host = pl.col("host").fill_null(pl.lit(hosts[0]))
         for p in hostless:
@@ -268,20 +265,21 @@ class _Cluster:
     events: list[EventView]
 
     @property
-    def start(self) -> float:
-        return min(e.t for e in self.events if e.t is not None)
+    def start(self) -> float | None:
+        return min((e.t for e in self.events if e.t is not None), default=None)
 
     @property
-    def end(self) -> float:
-        return max(e.t for e in self.events if e.t is not None)
+    def end(self) -> float | None:
+        return max((e.t for e in self.events if e.t is not None), default=None)
 
     @property
     def units(self) -> list[str]:
         return list(dict.fromkeys(e.entities["unit"] for e in self.events if e.entities.get("unit")))
 
 
-def significant(e: EventView) -> bool:
-    return e.t is not None and (e.severity in ("error", "critical") or e.role == "cause")
+def significant(e: EventView, timed: bool = True) -> bool:
+    return ((e.t is not None) == timed and e.kind not in CONTEXT_KINDS
+            and (e.severity in ("error", "critical") or e.role == "cause"))
 
 
 def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float) -> list[_Cluster]:
@@ -317,7 +315,6 @@ def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float) ->
             parent[max(ra, rb)] = min(ra, rb)
 
     where = {e.id: i for i, c in enumerate(clusters) for e in c.events}
-    by_id = {e.id: e for e in evs}
     for f in found:
         idx = sorted({where[x] for x in f.event_ids if x in where})
         for i in idx[1:]:
@@ -341,10 +338,28 @@ def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float) ->
         else:
             merged[r] = _Cluster(c.host, list(c.events))
     out = list(merged.values())
+    # untimed significant events (kernel seconds without an anchor, `systemctl status` lines): with a unit or
+    # pid of a timed incident of the host they join it; the others form undated incidents, per source, of
+    # events within a few hundred lines of each other
+    undated: list[_Cluster] = []
+    for e in evs:
+        if not significant(e, timed=False):
+            continue
+        home = next((c for c in out if c.host == e.host and any(
+            ent in ("unit", "pid") and x.entities.get(ent) == v for x in c.events
+            for ent, v in e.entities.items())), None)
+        if home is not None:
+            home.events.append(e)
+            continue
+        last = next((c for c in reversed(undated) if c.host == e.host and c.events[-1].path == e.path
+                     and abs(c.events[-1].line - e.line) <= UNDATED_LINES), None)
+        if last is not None:
+            last.events.append(e)
+        else:
+            undated.append(_Cluster(e.host or "unknown host", [e]))
     for c in out:
-        c.events.sort(key=lambda x: (x.t, x.seq))
-    del by_id
-    return sorted(out, key=lambda c: (c.start, c.host))
+        c.events.sort(key=lambda x: (x.t is None, x.t or 0.0, x.seq))
+    return sorted(out, key=lambda c: (c.start, c.host)) + undated
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -353,6 +368,7 @@ def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float) ->
 
 def _slug(text: str) -> str:
     s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    s = re.sub(r"[0-9a-f]{13,}", lambda m: m.group(0)[:12], s)     # docker-<64 hex>.scope -> docker-<12 hex>
     return s or "unknown"
 
 
@@ -375,17 +391,19 @@ def _conf_rank(c: Confidence) -> int:
 def _fallback(c: _Cluster) -> Finding:
     """No correlation explains the incident: say what the first significant event is, and no more."""
     first = next((e for e in c.events if e.role == "cause"), c.events[0])
-    since, until = kernel_window(first.ts)
     unit = first.entities.get("unit")
+    when = f"at {first.ts:%H:%M:%S}" if first.ts is not None else "at an unknown time"
     stmt = (f"No correlation explains this incident. The first significant event is {first.title or first.kind} "
-            f"at {first.ts:%H:%M:%S} ({first.path}:{first.line}); it is listed as the starting point, not as a "
-            "proven cause.")
+            f"{when} ({first.path}:{first.line}); it is listed as the starting point, not as a proven cause.")
+    if first.ts is not None:
+        since, until = kernel_window(first.ts)
+        steps: tuple[str, ...] = (f'journalctl --since "{fmt_when(since)}" --until "{fmt_when(until)}" --no-pager',)
+    else:
+        steps = ()
     concl = Conclusion(rule="incident.first_event", kind=first.kind, confidence=Confidence.INCONCLUSIVE,
                        statement=stmt, cause_event=first.id, explains=(),
                        evidence_for=(evidence_of(first, "the first significant event"),), evidence_against=(),
-                       alternatives=(),
-                       next_steps=(f'journalctl --since "{fmt_when(since)}" --until "{fmt_when(until)}" --no-pager',),
-                       unit=unit)
+                       alternatives=(), next_steps=steps, unit=unit)
     return Finding(conclusion=concl, headline=f"{unit + ': ' if unit else ''}{first.title or first.kind}",
                    anchor=first.id, priority=0, roles=(), event_ids=(first.id,), rules=("incident.first_event",),
                    t=first.t)
@@ -442,8 +460,8 @@ class _Explainer:
                      line=e.line, line_end=e.line_end, format=e.format)
 
 
-def _gaps(c: _Cluster, evs: Sequence[EventView], members: Sequence[EventView], prep: Prepared, start: float,
-          end: float, gap_s: float) -> list[Gap]:
+def _gaps(c: _Cluster, evs: Sequence[EventView], members: Sequence[EventView], prep: Prepared, start: float | None,
+          end: float | None, gap_s: float) -> list[Gap]:
     """What the logs cannot show for this incident."""
     out: list[Gap] = []
     host = c.host
@@ -474,7 +492,8 @@ def _gaps(c: _Cluster, evs: Sequence[EventView], members: Sequence[EventView], p
                            commands=(f'journalctl -u {unit} --since "{s}" --until "{u}" -o short-iso-precise',)))
     # journald rate limiting
     for e in evs:
-        if e.kind == "journal_suppressed" and e.host == host and e.t is not None and start - gap_s <= e.t <= end:
+        if (e.kind == "journal_suppressed" and e.host == host and e.t is not None and start is not None
+                and end is not None and start - gap_s <= e.t <= end):
             unit = e.fields.get("unit") or e.entities.get("unit") or "a service"
             s, u = kernel_window(e.ts)
             out.append(Gap(what=f"{e.fields.get('count', 'Some')} messages journald dropped from {unit} at "
@@ -533,7 +552,7 @@ def build_incidents(store, gap_minutes: float = DEFAULT_GAP_MINUTES, *,  # noqa:
         return []
     envs: dict[str, Fingerprint] = {}
 
-    def env_of(host: str, evs: Sequence[EventView], until: datetime | None) -> Fingerprint:
+    def env_of(host: str, evs: Sequence[EventView]) -> Fingerprint:
         if host not in envs:
             envs[host] = fingerprint(store, None if host.startswith("unknown host (") else host,
                                      prep.host_sources.get(host, ()), evs, kn, until=None,
@@ -545,7 +564,7 @@ def build_incidents(store, gap_minutes: float = DEFAULT_GAP_MINUTES, *,  # noqa:
     arch_hosts = sorted({e.host for e in evs if e.fields.get("sm") and e.host})
     host_gpus: dict[str, tuple[str | None, str]] = {}
     for h in arch_hosts:
-        fp = env_of(h, [e for e in evs if e.host == h], None)
+        fp = env_of(h, [e for e in evs if e.host == h])
         if fp.get("gpu") and "inferred" not in (fp.get("gpu") or ""):
             host_gpus[h] = (fp.get("sm"), re.sub(r"^\d+ x ", "", fp.get("gpu") or ""))
     if host_gpus:
@@ -566,8 +585,8 @@ def build_incidents(store, gap_minutes: float = DEFAULT_GAP_MINUTES, *,  # noqa:
         if hit is None:
             a = by_id.get(f.anchor)
             if a is not None and a.t is not None:
-                hit = next((i for i, c in enumerate(clusters)
-                            if c.host == a.host and c.start <= a.t <= c.end), None)
+                hit = next((i for i, c in enumerate(clusters) if c.host == a.host and c.start is not None
+                            and c.end is not None and c.start <= a.t <= c.end), None)
         if hit is not None:
             per[hit].append(f)
     incidents: list[Incident] = []
@@ -575,34 +594,39 @@ def build_incidents(store, gap_minutes: float = DEFAULT_GAP_MINUTES, *,  # noqa:
         fs = per[i] or [_fallback(c)]
         explained = {x for f in fs for x in f.conclusion.explains}
         heads = [f for f in fs if f.conclusion.cause_event is None or f.conclusion.cause_event not in explained]
-        heads.sort(key=lambda f: (f.t if f.t is not None else 0.0, _conf_rank(f.conclusion.confidence), -f.priority))
+        heads.sort(key=lambda f: (f.t is None, f.t or 0.0, _conf_rank(f.conclusion.confidence), -f.priority))
         root = heads[0] if heads else fs[0]
         ordered = [root] + sorted((f for f in fs if f is not root),
-                                  key=lambda f: (f.t if f.t is not None else 0.0, -f.priority, f.rules[0]))
+                                  key=lambda f: (f.t is None, f.t or 0.0, -f.priority, f.rules[0]))
         # time span: significant events and what the conclusions blame or explain
         core_ids = {e.id for e in c.events} | {x for f in fs for x in (f.conclusion.cause_event, *f.conclusion.explains)
                                                if x}
         core = [by_id[x] for x in core_ids if x in by_id and by_id[x].t is not None
                 and by_id[x].kind not in CONTEXT_KINDS]
-        t0 = min(e.t for e in core)
-        t1 = max(e.t for e in core)
+        t0 = min((e.t for e in core), default=None)
+        t1 = max((e.t for e in core), default=None)
         units = list(dict.fromkeys([*(f.conclusion.unit for f in ordered if f.conclusion.unit),
                                     *(u for u in c.units)]))
-        units = sorted(units, key=lambda u: min((e.t for e in core if e.entities.get("unit") == u), default=t1))
+        units = sorted(units, key=lambda u: min((e.t for e in core if e.entities.get("unit") == u),
+                                                default=t1 if t1 is not None else 0.0))
         # events: the core, everything the conclusions bound, and the context of the same host and units
         member_ids = set(core_ids) | {x for f in fs for x in f.event_ids}
-        lo, hi = t0 - gap_s, t1 + min(gap_s, 300.0)
-        for e in evs:
-            if e.host != c.host or e.id in member_ids:
-                continue
-            u = e.entities.get("unit")
-            if e.t is not None and lo <= e.t <= hi and (u is None or u in units):
-                member_ids.add(e.id)
-        configs = [e for e in evs if e.kind == "server_config" and e.host == c.host
-                   and (e.t is None or e.t <= t1)
+        if t0 is not None and t1 is not None:
+            lo, hi = t0 - gap_s, t1 + min(gap_s, 300.0)
+            for e in evs:
+                if e.host != c.host or e.id in member_ids:
+                    continue
+                u = e.entities.get("unit")
+                if e.t is not None and lo <= e.t <= hi and (u is None or u in units):
+                    member_ids.add(e.id)
+
+        def before_end(e: EventView) -> bool:
+            return e.t is None or t1 is None or e.t <= t1
+
+        configs = [e for e in evs if e.kind == "server_config" and e.host == c.host and before_end(e)
                    and (e.entities.get("unit") in units or (e.entities.get("unit") is None and not units))]
         if not configs:
-            configs = [e for e in evs if e.kind == "server_config" and e.host == c.host and (e.t is None or e.t <= t1)
+            configs = [e for e in evs if e.kind == "server_config" and e.host == c.host and before_end(e)
                        and e.entities.get("unit") is None]
         member_ids |= {e.id for e in configs}
         members = sorted((by_id[x] for x in member_ids if x in by_id),
@@ -615,22 +639,22 @@ def build_incidents(store, gap_minutes: float = DEFAULT_GAP_MINUTES, *,  # noqa:
         conclusions = tuple(_with_copies(f.conclusion, prep.copies, by_loc) for f in ordered)
         symptoms = tuple(sorted(dict.fromkeys(x for f in ordered for x in f.conclusion.explains),
                                 key=lambda x: (by_id[x].t or 0.0, by_id[x].seq) if x in by_id else (0.0, 0)))
-        fp = env_of(c.host, [e for e in evs if e.host == c.host], None)
+        fp = env_of(c.host, [e for e in evs if e.host == c.host])
         hw = fp.hardware
         cfgs = review_configs(configs, kn, hw)
-        start = datetime.fromtimestamp(t0, timezone.utc)
-        end = datetime.fromtimestamp(t1, timezone.utc)
+        start = datetime.fromtimestamp(t0, timezone.utc) if t0 is not None else None
+        end = datetime.fromtimestamp(t1, timezone.utc) if t1 is not None else None
         gaps = _gaps(c, evs, members, prep, t0, t1, gap_s)
         lead_unit = root.conclusion.unit or (units[0] if units else None)
-        ident = f"{start:%Y-%m-%d}-{_host_slug(c.host)}-" + (_slug(_unit_stem(lead_unit)) if lead_unit
-                                                              else _slug(root.conclusion.kind))
+        ident = (f"{start:%Y-%m-%d}" if start else "undated") + f"-{_host_slug(c.host)}-" + (
+            _slug(_unit_stem(lead_unit)) if lead_unit else _slug(root.conclusion.kind))
         others = [f.headline for f in heads[1:3] if f.conclusion.unit != root.conclusion.unit]
         headline = root.headline + "".join(f"; then {h}" for h in others)
         incidents.append(Incident(
             id=ident, start=iso(start), end=iso(end), hosts=(c.host,), units=tuple(units), headline=headline,
             root_cause=conclusions[0], conclusions=conclusions, events=events, symptoms=symptoms, configs=cfgs,
             environment=fp.as_dict(), gaps=tuple(gaps), sources=_source_infos(prep, c.host)))
-    incidents.sort(key=lambda x: (x.start or "", x.id))
+    incidents.sort(key=lambda x: (x.start is None, x.start or "", x.id))
     seen: dict[str, int] = {}
     out = []
     for inc in incidents:

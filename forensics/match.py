@@ -480,9 +480,9 @@ def _context_fields(rule: Rule, anchors: pl.DataFrame, cand: pl.DataFrame, keys:
         hits = _extract(pool, c.pattern, Engine.POLARS, groups)
         if hits.height == 0:
             continue
-        by = ["path", "__host", *[s for s in c.same]]
-        prep = [pl.col("host").fill_null("").alias("__host")]
-        prep += [pl.col(s).fill_null(-1 if s == "pid" else "").alias(s) for s in c.same]
+        by = ["path", "__host", "__boot", *[s for s in c.same if s != "boot_id"]]
+        prep = [pl.col("host").fill_null("").alias("__host"), pl.col("boot_id").fill_null("").alias("__boot")]
+        prep += [pl.col(s).fill_null(-1 if s == "pid" else "").alias(s) for s in c.same if s != "boot_id"]
         right = (pool.join(hits.rename({g: f"__c_{g}" for g in groups}), on=ROW)
                  .with_columns(prep)
                  .select(*by, pl.col(ROW).alias("__crow"), pl.col("line").alias("__cline"),

@@ -12,6 +12,7 @@ id (and a later lookup table one of the same name); two rules with one id inside
 Pack file (see `rules/systemd.yaml` for a full example):
 
     pack: systemd                    # name (defaults to the file stem)
+    version: '2025.05'               # optional; reports cite it with the file's sha256 digest
     description: ...
     kinds: {my_kind: {role: cause, description: ...}}    # optional: kinds beyond event-kinds.md
     lookups: {xid: {79: "GPU has fallen off the bus"}}   # optional: tables for `derive: lookup:`
@@ -50,11 +51,12 @@ Pack file (see `rules/systemd.yaml` for a full example):
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os
 import re
 import string
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -127,7 +129,7 @@ CAST_NAMES = ("int", "float", "str", "bool", "kb", "bytes", "duration", "duratio
 # Placeholders every title / explain / next_steps template may use besides the rule's own fields.
 STANDARD_PLACEHOLDERS = ("unit", "host", "pid", "since", "until", "ts", "path", "line", "rank", "rule", "kind")
 
-PACK_KEYS = ("pack", "description", "kinds", "lookups", "rules")
+PACK_KEYS = ("pack", "version", "description", "kinds", "lookups", "rules")
 RULE_KEYS = ("id", "kind", "severity", "role", "applies", "pattern", "literals", "ignore_case", "engine", "exclude",
              "casts", "derive", "context", "title", "explain", "next_steps", "references", "versions", "examples")
 RULE_REQUIRED = ("id", "kind", "severity", "role", "pattern", "title", "explain", "examples")
@@ -139,6 +141,8 @@ EXAMPLE_KEYS = ("line", "fields", "format", "note")
 EXAMPLES_KEYS = ("match", "near_miss")
 KIND_KEYS = ("role", "description")
 
+# libyaml's safe loader when PyYAML has it (same nodes and marks, several times faster), else the Python one
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _GROUP_NAME = re.compile(r"\(\?P?<([A-Za-z_][A-Za-z0-9_]*)>")
 _FLAGS = re.compile(r"^\(\?([a-zA-Z]+)\)")
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -214,8 +218,8 @@ class Derive:
 @dataclass(frozen=True)
 class Context:
     """Extra lines that belong to the same event: searched first inside the anchor record itself (a multi-line
-    record), then in the nearest record of the same source and host (and `same` columns) within `lines` lines
-    and `seconds` seconds before or after the anchor. Its groups are merged into the event's fields (the
+    record), then in the nearest record of the same source, host and boot (and `same` columns) within `lines`
+    lines and `seconds` seconds (wall time, else monotonic seconds) before or after the anchor. Its groups are merged into the event's fields (the
     anchor's win) and its line widens the event's `line`..`line_end`."""
 
     name: str
@@ -313,6 +317,12 @@ class RulePack:
     rules: tuple[Rule, ...]
     lookups: tuple[Lookup, ...] = ()
     kinds: tuple[tuple[str, Role], ...] = ()
+    version: str = ""          # the pack's `version:` if it declares one
+    digest: str = ""           # sha256 of the file (first 12 hex): identifies the exact rules used
+
+    @property
+    def label(self) -> str:
+        return f"{self.version} ({self.digest})" if self.version else self.digest
 
 
 @dataclass(frozen=True)
@@ -353,6 +363,10 @@ class RuleSet:
                 if c.ignore_case == ignore_case:
                     out.update(c.literals)
         return tuple(sorted(out))
+
+    def pack_versions(self) -> tuple[tuple[str, str], ...]:
+        """(pack name, version and digest) of every loaded pack file, for reports."""
+        return tuple((p.name, p.label) for p in self.packs)
 
     def select(self, packs: Iterable[str] = (), ids: Iterable[str] = ()) -> RuleSet:
         """The rules of the named packs and/or ids (all rules when both are empty)."""
@@ -535,7 +549,8 @@ class _Reader:
         self.path = path
         self.err = _Errors(path)
         self.kinds = dict(known_kinds)
-        self.loader = yaml.SafeLoader(text)
+        self.loader = _SAFE_LOADER(text)
+        self.digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
         self.key_line: dict[int, int] = {}     # id(value node) -> line of its key
 
     # -- primitives
@@ -929,6 +944,7 @@ class _Reader:
         if top is None:
             return None
         name = self.string(top["pack"], "pack") if "pack" in top else Path(self.path).stem
+        version = self.string(top["version"], "version") if "version" in top else ""
         desc = self.string(top["description"], "description") if "description" in top else ""
         kinds: list[tuple[str, Role]] = []
         if "kinds" in top:
@@ -978,7 +994,7 @@ class _Reader:
                 rules.append(r)
         self._used_lookups = used
         return RulePack(name=name or "", path=self.path, description=desc or "", rules=tuple(rules),
-                        lookups=tuple(lookups), kinds=tuple(kinds))
+                        lookups=tuple(lookups), kinds=tuple(kinds), version=version or "", digest=self.digest)
 
 
 def load_pack(path: Path | str, known_kinds: Mapping[str, Role] = KINDS,

@@ -162,6 +162,13 @@ class Store:
     def cleanup(self, staging: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
+    @property
+    def rulepack_versions(self) -> dict[str, str]:
+        """Name -> digest of each rule pack in force (built-ins plus FORENSICS_RULES)."""
+        from .rulepacks import load_rules
+
+        return dict(load_rules().pack_versions())
+
     # -- reading
     def _scan(self, files: list[Path], schema: dict, empty: pl.DataFrame) -> pl.LazyFrame:
         files = [f for f in files if f.exists()]

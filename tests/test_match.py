@@ -476,3 +476,35 @@ def test_cli_events(cli: click.Group, monkeypatch: pytest.MonkeyPatch) -> None:
     assert res.exit_code == 0 and "k.log:10-20" in res.output and "critical" in res.output
     res = run.invoke(cli, ["events", "--kind", "gpu_xid"])
     assert res.exit_code == 1
+
+
+GEN_CORPUS = Path("/work/shared/bench/gen_corpus.py")
+
+
+@pytest.mark.skipif(not GEN_CORPUS.exists(), reason="the benchmark corpus generator is not available")
+def test_corpus_generator_flashinfer_variants(rules: RuleSet) -> None:
+    """The three FlashInfer failures the benchmark plants (gen_corpus.sg_flashinfer_tb) are each one
+    flashinfer_arch_unsupported event for sm_120, in SGLang's own log and in the journal."""
+    import importlib.util
+    import random
+
+    from forensics.parse import parse_text
+
+    spec = importlib.util.spec_from_file_location("gen_corpus", GEN_CORPUS)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    variants = {}
+    for seed in range(200):
+        raw = gen.sg_flashinfer_tb(random.Random(seed), 3)
+        variants.setdefault(next(x for x in raw if x.startswith("RuntimeError"))[:24], raw)
+        if len(variants) == 3:
+            break
+    assert len(variants) == 3
+    for raw in variants.values():
+        text = "[2025-05-27 00:53:44 TP3] Scheduler hit an exception: " + "\n".join(raw) + "\n"
+        journal = "\n".join(f"May 27 00:53:44 gpu-a01 python3[4242]: {x}" for x in text.splitlines()) + "\n"
+        for t in (text, journal):
+            ev = match_records(parse_text(t, path="x.log"), rules)
+            fi = ev.filter(pl.col("kind") == "flashinfer_arch_unsupported")
+            assert fi.height == 1 and event_fields(fi)[0]["arch"] == "sm_120", ev.select("rule", "fields").rows()
+            assert ev.filter(pl.col("kind").is_in(["cuda_arch_unsupported", "cuda_error"])).height == 0

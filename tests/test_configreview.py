@@ -1,0 +1,177 @@
+"""Configuration review (flags, knowledge notes, memory arithmetic), the knowledge packs' validation, and the
+environment fingerprint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from forensics.configreview import (
+    Hardware,
+    KnowledgeError,
+    arithmetic,
+    enricher,
+    flags_of,
+    load_knowledge,
+    normalize_sm,
+    parse_command,
+    parse_server_args,
+    review_flags,
+    tp_note,
+)
+from forensics.environment import fingerprint_records
+
+KN = load_knowledge()
+AR = ("/root/venv_sglang211/bin/python -m sglang.launch_server --model-path /root/models/Kimi-K2.6 --port 30001 "
+      "--host 0.0.0.0 --tp-size 8 --mem-fraction-static 0.90 --context-length 32768 --max-running-requests 64 "
+      "--disable-cuda-graph --attention-backend triton --trust-remote-code --grammar-backend none")
+
+
+def test_parse_command() -> None:
+    f = parse_command(AR)
+    assert f["--tp-size"] == "8" and f["--mem-fraction-static"] == "0.90" and f["--disable-cuda-graph"] == "true"
+    assert f["--trust-remote-code"] == "true" and f["--grammar-backend"] == "none"
+    assert parse_command("python -m x --a=1 --b 'two words' --c") == {"--a": "1", "--b": "two words", "--c": "true"}
+    assert parse_command("unbalanced 'quote --x 1") == {"--x": "1"}
+
+
+def test_parse_server_args_both_forms() -> None:
+    repr_form = ("[2025-05-25 20:19:41] server_args=ServerArgs(model_path='/m', tp_size=8, mem_fraction_static=0.9, "
+                 "disable_cuda_graph=True, api_key=None, enable_dp_attention=False, json_model_override_args='{}')")
+    f = parse_server_args(repr_form)
+    assert f == {"--model-path": "/m", "--tp-size": "8", "--mem-fraction-static": "0.9", "--disable-cuda-graph": "true",
+                 "--json-model-override-args": "{}"}
+    dict_form = "server_args={'model_path': '/m', 'tp_size': 2, 'api_key': None}"
+    assert parse_server_args(dict_form) == {"--model-path": "/m", "--tp-size": "2"}
+    # fields.flags from the rule pack win; None and False are flags not given
+    assert flags_of({"flags": {"--tp-size": "2", "--x": None, "--y": False, "--z": True}}, "") == \
+        {"--tp-size": "2", "--z": "true"}
+
+
+def _notes(command: str) -> dict[str, str]:
+    return {f.name: f.note for f in review_flags(parse_command(command), KN)}
+
+
+def test_review_notes() -> None:
+    n = _notes(AR)
+    assert n["--mem-fraction-static"].startswith("Aggressive: 0.90 of each GPU")
+    assert "decode speed" in n["--disable-cuda-graph"]
+    assert "common workaround" in n["--attention-backend"] and "--sampling-backend pytorch" in n["--attention-backend"]
+    assert "Not set" in n["--sampling-backend"]                     # absent, and it matters here
+    assert "no authentication" in n["--host"]
+    spec = _notes(AR + " --speculative-algorithm EAGLE3 --speculative-draft-model-path /d")
+    assert "more so with a speculative draft model" in spec["--mem-fraction-static"]
+    calm = _notes("python -m sglang.launch_server --mem-fraction-static 0.80 --sampling-backend pytorch "
+                  "--attention-backend triton")
+    assert calm["--mem-fraction-static"] == ""
+    assert "Sampling still" not in calm["--attention-backend"]
+    assert "--sampling-backend" in calm and "avoids FlashInfer" in calm["--sampling-backend"]
+    assert "--sampling-backend" not in _notes("python -m vllm.entrypoints.openai.api_server --port 8000")
+
+
+def test_arithmetic_and_tp() -> None:
+    flags = parse_command(AR)
+    assert arithmetic(flags, 96, 8) == (
+        "0.90 x 96 GB = 86.4 GB reserved per GPU (691.2 GB over 8 GPUs), 9.6 GB per GPU left for activations",)
+    assert arithmetic(flags, None, 8) == ()
+    spec = parse_command(AR + " --speculative-algorithm EAGLE3")
+    assert arithmetic(spec, 96, 8)[0].endswith("left for activations and the draft model")
+    assert "Matches the 8 GPUs seen" in tp_note(flags, Hardware(gpus_seen=8, gpus_from="8 TP ranks"))
+    assert "but --tp-size is 8" in tp_note(flags, Hardware(gpus_seen=4, gpus_from="4 PCI devices"))
+
+
+@pytest.mark.parametrize(("value", "sm"), [("compute_120a", "sm_120"), ("sm_120", "sm_120"), ("120a", "sm_120"),
+                                          ("12.0", "sm_120"), ("SM90", "sm_90"), ("compute_90a", "sm_90"),
+                                          ("8.6", "sm_86"), ("nonsense", None), (None, None)])
+def test_normalize_sm(value: object, sm: str | None) -> None:
+    assert normalize_sm(value) == sm
+
+
+def test_enricher_derives_fields() -> None:
+    enrich = enricher(KN)
+    f = enrich("flashinfer_arch_unsupported", {"arch": "compute_120a"}, "")
+    assert f["sm"] == "sm_120" and "RTX PRO 6000" in f["sm_gpus"] and f["min_cuda"] == "12.8"
+    f = enrich("oom_kill", {"anon_rss_kb": 503316480, "constraint_name": "CONSTRAINT_NONE", "constraint": "global"}, "")
+    assert f["anon_rss_gib"] == "480.0" and f["constraint_text"].startswith("global: the whole host")
+    f = enrich("oom_kill", {"oom_memcg": "/system.slice/x.service", "cgroup": "/system.slice/x.service"}, "")
+    assert f["constraint"] == "memcg" and "/system.slice/x.service" in f["constraint_text"]
+    f = enrich("oom_kill", {}, "")
+    assert "not shown in the ingested lines" in f["constraint_text"]
+    f = enrich("gpu_xid", {"xid": 79}, "")
+    assert "fallen off the bus" in f["xid_meaning"]
+    f = enrich("server_config", {"flags": {"--mem-fraction-static": "0.9"}}, "")
+    assert f["mem_fraction_static"] == "0.9" and f["context_length"] == "not set"
+
+
+def test_knowledge_validation_collects_every_error(tmp_path: Path) -> None:
+    (tmp_path / "k.yaml").write_text(
+        "knowledge: bad\n"
+        "sm_families:\n"
+        "  sm_12: {architecture: X, gpus: Y}\n"
+        "  sm_120: {architecture: X}\n"
+        "gpus:\n"
+        "  - {match: A, name: B, memroy_gb: 3}\n"
+        "flags:\n"
+        "  - flag: mem-fraction\n"
+        "    notes:\n"
+        "      - when: {abov: 0.8}\n"
+        "        note: 'x {a.b}'\n"
+        "oom_constraints: {galactic: x}\n")
+    with pytest.raises(KnowledgeError) as ei:
+        load_knowledge([tmp_path], builtin=False)
+    text = str(ei.value)
+    p = str(tmp_path / "k.yaml")
+    assert f"{p}:3: sm_families: 'sm_12' must look like sm_120" not in text  # sm_12 is a valid pattern (2 digits)
+    assert f"{p}:4: sm_families.sm_120 needs `architecture` and `gpus`" in text
+    assert f"{p}:6: unknown key 'memroy_gb' in a gpu (did you mean 'memory_gb'?)" in text
+    assert f"{p}:8: flag 'mem-fraction' must look like --some-flag" in text
+    assert "unknown key 'abov'" in text and "did you mean 'above'" in text
+    assert "placeholder {a.b} must be a plain name" in text
+    assert "unknown key 'galactic' in oom_constraints" in text
+    assert len(ei.value.errors) >= 6
+
+
+def test_fingerprint_from_records() -> None:
+    lines = [
+        ("Linux version 6.8.0-60-generic (buildd@lcy02) (gcc 13.3.0) #63-Ubuntu SMP", "dmesg.log", 1),
+        ("NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  575.57.08  Release Build", "dmesg.log", 49),
+        ("nvidia 0000:01:00.0: enabling device (0000 -> 0002)", "dmesg.log", 41),
+        ("nvidia 0000:11:00.0: enabling device (0000 -> 0002)", "dmesg.log", 42),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition with CUDA capability sm_120 is not compatible", "s.log", 3),
+        ("torch==2.7.1+cu128", "pip.txt", 1),
+        ('  File "/root/venv/lib/python3.12/site-packages/flashinfer/jit/core.py", line 124', "s.log", 9),
+        ("flashinfer-python 0.2.7.post1", "pip.txt", 2),
+        ("sglang==0.4.9.post2", "pip.txt", 3),
+        ("Cuda compilation tools, release 12.6, V12.6.85", "nvcc.txt", 4),
+    ]
+    df = pl.DataFrame({"message": [m for m, _, _ in lines], "path": [p for _, p, _ in lines],
+                       "line": [n for _, _, n in lines]})
+    fp = fingerprint_records(df, [], KN, "dflash-train")
+    env = fp.as_dict()
+    assert env["host"] == "dflash-train" and env["kernel"] == "6.8.0-60-generic" and env["driver"] == "575.57.08"
+    assert env["gpu"] == "2 x NVIDIA RTX PRO 6000 Blackwell Server Edition (96 GB)"
+    assert env["sm"] == "sm_120" and env["torch"] == "2.7.1+cu128" and env["cuda"] == "12.8 (PyTorch build)"
+    assert env["flashinfer"] == "0.2.7.post1" and env["sglang"] == "0.4.9.post2" and env["python"] == "3.12"
+    assert env["nvcc"] == "12.6"
+    assert fp.hardware.memory_gb == 96 and fp.hardware.gpus_seen == 2
+    assert dict(fp.sources)["driver"] == "dmesg.log:49"
+
+
+def test_fingerprint_infers_the_gpu_from_sm_and_free_memory() -> None:
+    df = pl.DataFrame({"message": ["[2025-05-25 20:19:53 TP0] Load weight begin. avail mem=94.31 GB",
+                                   "nvcc fatal   : Unsupported gpu architecture 'compute_120'"],
+                       "path": ["s.log", "s.log"], "line": [45, 205]})
+
+    class Ev:
+        kind = "flashinfer_arch_unsupported"
+        fields = {"sm": "sm_120"}
+        path = "s.log"
+        line = 162
+
+    fp = fingerprint_records(df, [Ev()], KN, "h", ranks=["TP0", "TP7"])  # type: ignore[list-item]
+    env = fp.as_dict()
+    assert env["gpu"].startswith("8 x NVIDIA RTX PRO 6000 Blackwell (96 GB) (inferred")
+    assert env["nvcc"] == "version not logged; it rejects compute_120, so older than CUDA 12.8"
+    assert fp.hardware.memory_gb == 96

@@ -1,0 +1,156 @@
+"""Correlation files are validated strictly: unknown keys, kinds, steps, placeholders and fixtures are errors
+naming file:line, and every error of every file is reported in one pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from forensics.correlate import (
+    BUILTIN_DIR,
+    CorrelationError,
+    load_correlations,
+    load_timeline,
+    parse_duration,
+)
+
+GOOD = """\
+pack: mine
+correlations:
+  - id: mine.oom
+    title: mine
+    confidence: likely
+    anchor: killed
+    cause: oom
+    window: 90s
+    steps:
+      - {name: oom, kind: oom_kill}
+      - {name: killed, kind: service_killed, where: {signal: KILL}}
+    explains: [killed]
+    statement: 'pid {oom.pid} killed {killed.unit} ({since} to {until})'
+    fixtures: {must_fire: [fire.yaml], must_not_fire: [quiet.yaml]}
+"""
+
+
+@pytest.fixture
+def fixture_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "timelines"
+    d.mkdir()
+    (d / "fire.yaml").write_text("events:\n  - {at: '20:00:00', kind: oom_kill}\n")
+    (d / "quiet.yaml").write_text("events:\n  - {at: '20:00:00', kind: boot}\n")
+    return d
+
+
+def _write(tmp: Path, text: str, name: str = "c.yaml") -> Path:
+    d = tmp / "corr"
+    d.mkdir(exist_ok=True)
+    (d / name).write_text(text)
+    return d
+
+
+def test_a_good_file_loads(tmp_path: Path, fixture_dir: Path) -> None:
+    d = _write(tmp_path, GOOD)
+    (c,) = load_correlations([d], builtin=False, fixture_dir=fixture_dir)
+    assert c.id == "mine.oom" and c.window == 90 and c.step("killed").where[0].values == ("KILL",)
+    assert c.fixtures.must_fire == ("fire.yaml",)
+
+
+def test_every_error_in_one_pass_with_file_and_line(tmp_path: Path, fixture_dir: Path) -> None:
+    bad = (GOOD.replace("    window: 90s\n", "    window: soon\n    windw: 2min\n")
+           .replace("kind: oom_kill}", "kind: oom_kil}")
+           .replace("{oom.pid}", "{oomm.pid}")
+           .replace("cause: oom", "cause: nothing")
+           .replace("must_not_fire: [quiet.yaml]", "must_not_fire: [missing.yaml]"))
+    d = _write(tmp_path, bad)
+    with pytest.raises(CorrelationError) as ei:
+        load_correlations([d], builtin=False, fixture_dir=fixture_dir)
+    errs = ei.value.errors
+    text = str(ei.value)
+    path = str(d / "c.yaml")
+    assert all(p == path and n > 0 for p, n, _ in errs)
+    assert f"{path}:8: window of correlation 'mine.oom' must be a duration" in text
+    assert "unknown key 'windw'" in text and "did you mean 'window'" in text
+    assert "unknown event kind 'oom_kil' (did you mean 'oom_kill'?)" in text
+    assert "unknown placeholder {oomm.pid}" in text
+    assert "cause of correlation 'mine.oom': no step 'nothing'" in text
+    assert "no timeline" in text and "missing.yaml" in text
+    assert len(errs) >= 6
+
+
+def test_errors_of_several_files_together(tmp_path: Path, fixture_dir: Path) -> None:
+    d = _write(tmp_path, GOOD.replace("confidence: likely", "confidence: sure"), "a.yaml")
+    _write(tmp_path, GOOD.replace("mine.oom", "Mine OOM"), "b.yaml")
+    with pytest.raises(CorrelationError) as ei:
+        load_correlations([d], builtin=False, fixture_dir=fixture_dir)
+    files = {Path(p).name for p, _, _ in ei.value.errors}
+    assert files == {"a.yaml", "b.yaml"}
+    assert "confidence of correlation 'mine.oom' 'sure' is not one of confirmed, likely, possible, inconclusive" \
+        in str(ei.value)
+
+
+def test_structural_rules(tmp_path: Path, fixture_dir: Path) -> None:
+    bad = (GOOD.replace("anchor: killed", "anchor: oom")
+           .replace("{name: oom, kind: oom_kill}", "{name: oom, kind: oom_kill, min: 0}")
+           .replace("explains: [killed]", "explains: [killed, nope]")
+           .replace("    statement:", "    fold_statement: x\n    statement:"))
+    d = _write(tmp_path, bad)
+    with pytest.raises(CorrelationError) as ei:
+        load_correlations([d], builtin=False, fixture_dir=fixture_dir)
+    text = str(ei.value)
+    assert "anchor step 'oom' of correlation 'mine.oom' must be a single, timed event" in text
+    assert "cause step 'oom' of correlation 'mine.oom' must not be optional" in text
+    assert "explains of correlation 'mine.oom': no step 'nope'" in text
+    assert "fold_statement of correlation 'mine.oom' is only used with `fold: true`" in text
+
+
+def test_duplicate_ids_and_layers(tmp_path: Path, fixture_dir: Path) -> None:
+    d = _write(tmp_path, GOOD, "a.yaml")
+    _write(tmp_path, GOOD, "b.yaml")
+    with pytest.raises(CorrelationError, match="duplicate correlation id 'mine.oom' in|duplicate correlation id 'mine.oom'"):
+        load_correlations([d], builtin=False, fixture_dir=fixture_dir)
+    # a later layer replaces an earlier one's correlation of the same id
+    first, second = tmp_path / "l1", tmp_path / "l2"
+    first.mkdir()
+    second.mkdir()
+    (first / "x.yaml").write_text(GOOD)
+    (second / "x.yaml").write_text(GOOD.replace("title: mine", "title: replaced"))
+    (c,) = load_correlations([first, second], builtin=False, fixture_dir=fixture_dir)
+    assert c.title == "replaced"
+
+
+def test_not_yaml(tmp_path: Path, fixture_dir: Path) -> None:
+    d = _write(tmp_path, "pack: x\ncorrelations: [\n")
+    with pytest.raises(CorrelationError, match=r"c.yaml:\d+: not valid YAML"):
+        load_correlations([d], builtin=False, fixture_dir=fixture_dir)
+
+
+def test_timeline_errors_name_file_and_line(tmp_path: Path) -> None:
+    p = tmp_path / "t.yaml"
+    p.write_text("events:\n  - {at: '20:00:00', kind: oom_kil}\n  - {at: 'noon', kind: boot}\n")
+    with pytest.raises(CorrelationError) as ei:
+        load_timeline(p)
+    text = str(ei.value)
+    assert f"{p}:2: event 1: unknown or missing kind 'oom_kil'" in text
+    assert f"{p}:3: event 2: bad time 'noon'" in text
+
+
+def test_builtins_load_and_cover_the_issue() -> None:
+    ids = {c.id for c in load_correlations()}
+    for need in ("sigkill.kernel_oom", "sigkill.unit_oom", "sigkill.result_oom_kill", "sigkill.oomd",
+                 "sigkill.stop_timeout", "sigkill.sglang_self_kill", "sigkill.unexplained", "ready.crash_after_ready",
+                 "flashinfer.arch_unsupported", "xid.same_gpu", "xid.several_gpus", "xid.fallen_off_bus",
+                 "cuda_oom.with_config", "systemd.cgroup_cleanup"):
+        assert need in ids, need
+    assert BUILTIN_DIR.is_dir()
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("2min", 120), ("5m", 300), ("1h", 3600), ("500ms", 0.5),
+                                              ("1d", 86400), (30, 30), ("1.5 min", 90)])
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "-5s", "5 parsecs", True, None])
+def test_bad_durations(text: object) -> None:
+    assert parse_duration(text) is None
