@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TypeVar
 
 import polars as pl
 
 from .schema import TimeSource
+
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
 DISTINCT = r"\b(?:PID: |pid=|[Pp]rocess |task )\d{2,}"
 
@@ -78,7 +81,7 @@ def find_anchors(kernel_mono: pl.DataFrame, walled: pl.DataFrame, min_pairs: int
     return out
 
 
-def apply_anchor(recs: pl.DataFrame, anchors: dict[str, BootAnchor], host_default: str | None) -> pl.DataFrame:
+def apply_anchor(recs: FrameT, anchors: dict[str, BootAnchor], host_default: str | None) -> FrameT:
     """Give monotonic-only records of anchored boots a wall time (marked `boot_anchored`)."""
     if not anchors:
         return recs
@@ -89,7 +92,7 @@ def apply_anchor(recs: pl.DataFrame, anchors: dict[str, BootAnchor], host_defaul
         "_host": [a.host for a in anchors.values()],
     })
     mono_only = pl.col("ts_source") == TimeSource.MONOTONIC_ONLY.value
-    df = recs.join(table, on="boot_id", how="left")
+    df = recs.join(table.lazy() if isinstance(recs, pl.LazyFrame) else table, on="boot_id", how="left")
     hit = mono_only & pl.col("_bt").is_not_null()
     ts = (pl.col("_bt") + (pl.col("mono") * 1e6).round(0).cast(pl.Int64)).cast(pl.Datetime("us", "UTC"))
     return df.with_columns(

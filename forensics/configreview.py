@@ -27,7 +27,7 @@ from __future__ import annotations
 import difflib
 import re
 import shlex
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -448,6 +448,8 @@ def enricher(kn: Knowledge) -> Callable[[str, dict[str, Any], str], dict[str, An
             elif kind == "oom_kill":
                 out.setdefault("constraint_text", "not shown in the ingested lines (the kernel's `oom-kill:constraint=` "
                                                   "summary line would say whether it was global or a cgroup limit)")
+        if kind == "cuda_oom":
+            out.setdefault("load_text", "")       # filled from the last batch line before it, when there is one
         if fields.get("xid") is not None:
             meaning = kn.xid(fields["xid"])
             if meaning:
@@ -459,7 +461,7 @@ def enricher(kn: Knowledge) -> Callable[[str, dict[str, Any], str], dict[str, An
             for name, v in flags_of(fields, message).items():
                 out.setdefault(snake(name), v)
             for fk in kn.flags:
-                out.setdefault(snake(fk.flag), "not set")
+                out.setdefault(snake(fk.flag), "(default)")
         return out
 
     return enrich
@@ -658,7 +660,3 @@ def review_configs(config_events: Sequence[EventView], kn: Knowledge, hw: Hardwa
                                 evidence=evidence_of(e, "the launch configuration"),
                                 arithmetic=arithmetic(flags, hw.memory_gb, hw.gpus_seen, hw.memory_from)))
     return tuple(out)
-
-
-def known_flags(kn: Knowledge) -> Iterable[str]:
-    return (f.flag for f in kn.flags)

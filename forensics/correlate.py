@@ -220,10 +220,6 @@ class Correlation:
                 return s
         raise KeyError(name)
 
-    def fixture_paths(self, which: str) -> tuple[Path, ...]:
-        base = FIXTURE_DIR
-        return tuple(base / f for f in getattr(self.fixtures, which))
-
 
 # ----------------------------------------------------------------------------------------------------------
 # durations and templates

@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import PurePath
 from typing import Any
 
@@ -161,6 +161,7 @@ def prepare(store, kn: Knowledge, host_gpus: Mapping[str, tuple[str | None, str]
         .when(service).then(fu).otherwise(pl.col("unit")).alias("unit"))
     evs = views(events, enricher(kn), host_gpus)
     evs = _units_by_pid(evs)
+    evs = [_with_load(store, e) if e.kind == "cuda_oom" and e.t is not None else e for e in evs]
     prim, copies = _fold_copies(evs)
     spans = tuple(SourceSpan(path=r["path"], format=r["format"] or "", host=r["host"], log=r["log"], unit=r["unit"],
                              first=r["first"], last=r["last"], records=r["records"], untimed=r["untimed"])
@@ -172,6 +173,32 @@ def prepare(store, kn: Knowledge, host_gpus: Mapping[str, tuple[str | None, str]
     return Prepared(views=tuple(prim), copies=copies, coverage=Coverage(spans), spans=spans,
                     assumptions=tuple(assumptions), sources=sources,
                     host_sources={h: tuple(v) for h, v in host_sources.items()}, single_host=single)
+
+
+_BATCH = re.compile(r"#running-req: (\d+)")
+_USAGE = re.compile(r"token usage: ([0-9.]+)")
+_QUEUE = re.compile(r"#queue-req: (\d+)")
+
+
+def _with_load(store, e: EventView) -> EventView:  # noqa: ANN001
+    """A CUDA OOM with the server's load at the last batch line before it (SGLang's `#running-req: N`)."""
+    lo = e.ts - timedelta(minutes=10)
+    rows = (store.records([e.source_id])
+            .filter(pl.col("ts").is_between(lo, e.ts) & pl.col("message").str.contains("#running-req: ", literal=True))
+            .sort("ts", "line").tail(1).select("message", "path", "line").collect())
+    if rows.height == 0:
+        return e
+    msg, path, line = rows.row(0)
+    run, use, queue = _BATCH.search(msg), _USAGE.search(msg), _QUEUE.search(msg)
+    parts = [f"{run.group(1)} requests were running"] if run else []
+    if use:
+        parts.append(f"the KV cache was {float(use.group(1)):.0%} full")
+    if queue:
+        parts.append(f"{queue.group(1)} requests were queued")
+    if not parts:
+        return e
+    text = f"At the last batch before it ({path}:{line}), " + ", ".join(parts) + "."
+    return replace(e, fields={**e.fields, "load_text": text, "running_req": int(run.group(1)) if run else None})
 
 
 def _units_by_pid(evs: list[EventView]) -> list[EventView]:
@@ -565,8 +592,13 @@ def build_incidents(store, gap_minutes: float = DEFAULT_GAP_MINUTES, *,  # noqa:
     host_gpus: dict[str, tuple[str | None, str]] = {}
     for h in arch_hosts:
         fp = env_of(h, [e for e in evs if e.host == h])
-        if fp.get("gpu") and "inferred" not in (fp.get("gpu") or ""):
-            host_gpus[h] = (fp.get("sm"), re.sub(r"^\d+ x ", "", fp.get("gpu") or ""))
+        gpu = fp.get("gpu") or ""
+        name = re.sub(r"^\d+ x ", "", gpu).split(" (", 1)[0]
+        if gpu and "inferred" in gpu:
+            host_gpus[h] = (fp.get("sm"), f"this host's GPUs ({name}, inferred from {fp.get('sm')} and the GPU "
+                                          "memory free at start)")
+        elif name.startswith("NVIDIA"):
+            host_gpus[h] = (fp.get("sm"), name)
     if host_gpus:
         evs = [replace(e, fields={**e.fields, "gpus_desc": host_gpus[e.host][1]})
                if e.host in host_gpus and e.fields.get("sm") and host_gpus[e.host][0] in (None, e.fields["sm"]) else e
@@ -628,7 +660,10 @@ def build_incidents(store, gap_minutes: float = DEFAULT_GAP_MINUTES, *,  # noqa:
         if not configs:
             configs = [e for e in evs if e.kind == "server_config" and e.host == c.host and before_end(e)
                        and e.entities.get("unit") is None]
-        member_ids |= {e.id for e in configs}
+        fp = env_of(c.host, [e for e in evs if e.host == c.host])
+        cfgs = review_configs(configs, kn, fp.hardware)
+        chosen = {(x.evidence.path, x.evidence.line) for x in cfgs}
+        member_ids |= {e.id for e in configs if (e.path, e.line) in chosen}
         members = sorted((by_id[x] for x in member_ids if x in by_id),
                          key=lambda e: (e.t is None, e.t or 0.0, e.path, e.line, e.rule))
         roles: dict[str, str] = {}
@@ -639,9 +674,6 @@ def build_incidents(store, gap_minutes: float = DEFAULT_GAP_MINUTES, *,  # noqa:
         conclusions = tuple(_with_copies(f.conclusion, prep.copies, by_loc) for f in ordered)
         symptoms = tuple(sorted(dict.fromkeys(x for f in ordered for x in f.conclusion.explains),
                                 key=lambda x: (by_id[x].t or 0.0, by_id[x].seq) if x in by_id else (0.0, 0)))
-        fp = env_of(c.host, [e for e in evs if e.host == c.host])
-        hw = fp.hardware
-        cfgs = review_configs(configs, kn, hw)
         start = datetime.fromtimestamp(t0, timezone.utc) if t0 is not None else None
         end = datetime.fromtimestamp(t1, timezone.utc) if t1 is not None else None
         gaps = _gaps(c, evs, members, prep, t0, t1, gap_s)

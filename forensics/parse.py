@@ -96,12 +96,13 @@ def parse_lines(lines: pl.DataFrame, formats: list[LineFormat], ctx: ParseContex
 
 def _assemble(df: pl.DataFrame, ctx: ParseContext, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
     real = pl.col("format") != TEXT.name
-    seg = real.cum_sum()
     policy = pl.when(real).then(pl.col("_policy")).forward_fill()
     indented = pl.col("text").str.contains(r"^\s")
     after_backslash = pl.col("text").shift(1).str.ends_with("\\").fill_null(False)
-    # under INDENTED, a plain (unindented) text line closes the record: later indented lines are not its own
-    breaker = (~real & ~indented & ~after_backslash).cast(pl.Int8).cum_max().over(seg) > 0
+    # under INDENTED, a plain (unindented) text line closes the record: later indented lines are not its own.
+    # (a plain line since the segment's first row: plain lines counted so far exceed the count at its start)
+    plain = (~real & ~indented & ~after_backslash).cast(pl.UInt32).cum_sum()
+    breaker = plain > pl.when(real).then(plain).forward_fill().fill_null(0)
     cont = (~real & policy.is_not_null() & (
         (policy == Continuation.ANY.value)
         | ((policy == Continuation.INDENTED.value) & indented & ~breaker)
@@ -170,9 +171,9 @@ def parse_text(text: str, fmt: str | None = None, path: str = "<example>", tz: s
     else:
         recs, _ = parse_lines(lines, formats, ctx, final=True)
     recs = normalise_batch(recs)
-    from .normalise import fix_source_times
+    from .timefix import SourceClock, fix_frame
 
-    return fix_source_times(recs, tz=tz, year=year, anchors=None, mtime=None).records
+    return fix_frame(recs, SourceClock(tz=tz, year=year, source_id="example"))[0]
 
 
 def time_source_is_inferred(ts_source: str) -> bool:

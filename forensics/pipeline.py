@@ -9,9 +9,11 @@
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from pathlib import Path
 
 import polars as pl
 
@@ -19,11 +21,12 @@ from . import __version__
 from .anchor import BootAnchor, apply_anchor, boot_time_anchor, find_anchors
 from .detect import Detection, detect
 from .formats import FORMATS, JOURNAL_ALL, StructuredFormat
-from .normalise import YearAnchor, fix_source_times, normalise_batch
+from .normalise import normalise_batch
+from .timefix import EXTRA, SourceClock, YearAnchor
 from .parse import ParseContext, parse_lines, parse_structured, resolve
-from .schema import EVENT_SCHEMA, RECORD_SCHEMA, TimeSource, empty_events
+from .schema import EVENT_SCHEMA, RECORD_SCHEMA, TS, TimeSource, empty_events
 from .sources import ReadStats, Source, SourceError, expand, head_bytes, open_binary, read_batches
-from .store import SourceEntry, Store, write_parquet
+from .store import SourceEntry, Store, sink_parquet, write_parquet
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,8 @@ def host_anchors(store: Store) -> dict[str, YearAnchor]:
 
 def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions, rules,
                   progress: Callable[[Source], Progress] | None = None) -> SourceResult:
+    """Stream one source into the store: batches are parsed, normalised, matched and written as parts;
+    the year and the source id are fixed at the end in one lazy pass over the parts."""
     fp = fingerprint(src)
     same = store.find_fingerprint(fp)
     replace_ids: tuple[str, ...] = ()
@@ -165,51 +170,92 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
         if hit and not opts.force:
             return SourceResult(src.display, "unchanged", hit[0])
         replace_ids = tuple(e.source_id for e in hit)
-    stats = ReadStats()
-    sid_tmp = hashlib.sha256(f"{src.display}{fp}".encode()).hexdigest()[:16]
-    ctx = ParseContext(path=src.display, tz=opts.tz, source_id=sid_tmp)
-    formats = resolve(det)
-    structured = formats[0] if len(formats) == 1 and isinstance(formats[0], StructuredFormat) else None
-    parts: list[pl.DataFrame] = []
-    carry = pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
-    tick = progress(src) if progress else None
-    for batch in read_batches(src, stats):
-        if carry.height:
-            batch = pl.concat([carry, batch])
-        recs, carry = (parse_structured(structured, batch, ctx, final=False) if structured
-                       else parse_lines(batch, formats, ctx, final=False))
-        parts.append(normalise_batch(recs))
-        if tick:
-            tick(stats.bytes)
-    if carry.height:
-        recs, _ = (parse_structured(structured, carry, ctx, final=True) if structured
-                   else parse_lines(carry, formats, ctx, final=True))
-        parts.append(normalise_batch(recs))
-    sha = stats.sha.hexdigest() if (stats.sha and src.compression is None) else raw_sha256(src)
-    sid = sha[:16]
-    recs = pl.concat(parts) if parts else pl.DataFrame(schema=RECORD_SCHEMA)
-    recs = recs.with_columns(pl.lit(sid).alias("source_id"))
-    if opts.host:
-        recs = recs.with_columns(pl.coalesce(pl.col("host"), pl.lit(opts.host)).alias("host"))
-    fix = fix_source_times(recs, opts.tz, opts.year, host_anchors(store), src.mtime)
-    recs = fix.records
-    if opts.boot_time is not None:
-        boots = recs.filter(pl.col("ts_source") == TimeSource.MONOTONIC_ONLY.value)["boot_id"].drop_nulls()
-        if boots.len():
-            recs = apply_anchor(recs, boot_time_anchor([boots[-1]], opts.boot_time, opts.host), opts.host)
-    events = match_events(recs, rules)
-    entry = _entry(src, det, sid, sha, fp, stats, recs, events, fix.anchor, fix.reversed)
     staging = store.staging()
     try:
-        write_parquet(recs, staging / "records.parquet", RECORD_SCHEMA)
-        write_parquet(events, staging / "events.parquet", EVENT_SCHEMA)
+        entry = _stream_source(store, src, det, opts, rules, fp, staging, progress)
         store.commit(entry, staging / "records.parquet", staging / "events.parquet", replace_ids)
     finally:
         store.cleanup(staging)
     return SourceResult(src.display, "ingested", entry)
 
 
+def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOptions, rules, fp: str, staging: Path,
+                   progress: Callable[[Source], Progress] | None) -> SourceEntry:
+    stats = ReadStats()
+    tmp_id = "t" + hashlib.sha256(f"{src.display}{fp}".encode()).hexdigest()[:15]
+    ctx = ParseContext(path=src.display, tz=opts.tz, source_id=tmp_id)
+    formats = resolve(det)
+    structured = formats[0] if len(formats) == 1 and isinstance(formats[0], StructuredFormat) else None
+    clock = SourceClock(tz=opts.tz, year=opts.year, mtime=src.mtime, anchors=host_anchors(store), source_id=tmp_id)
+    if not structured:
+        sample = _sample_lines(src)
+        head = pl.DataFrame({"line": pl.int_range(1, sample.len() + 1, eager=True, dtype=pl.Int64), "text": sample})
+        clock.decide_order(parse_lines(head, formats, ctx, final=True)[0])
+    parts: list[Path] = []
+    events: list[pl.DataFrame] = []
+    unparsed = 0
+    tick = progress(src) if progress else None
+
+    def emit(recs: pl.DataFrame) -> None:
+        nonlocal unparsed
+        recs = normalise_batch(recs)
+        if opts.host:
+            recs = recs.with_columns(pl.coalesce(pl.col("host"), pl.lit(opts.host)).alias("host"))
+        recs = clock.observe(recs)
+        unparsed += _unparsed(recs, det)
+        events.append(match_events(recs.drop(*EXTRA), rules))
+        part = staging / f"part-{len(parts):05d}.parquet"
+        recs.write_parquet(part, compression="lz4", statistics=False)
+        parts.append(part)
+
+    carry = pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
+    for batch in read_batches(src, stats):
+        if carry.height:
+            batch = pl.concat([carry, batch])
+        recs, carry = (parse_structured(structured, batch, ctx, final=False) if structured
+                       else parse_lines(batch, formats, ctx, final=False))
+        emit(recs)
+        if tick:
+            tick(stats.bytes)
+    if carry.height:
+        recs, _ = (parse_structured(structured, carry, ctx, final=True) if structured
+                   else parse_lines(carry, formats, ctx, final=True))
+        emit(recs)
+    sha = stats.sha.hexdigest() if (stats.sha and src.compression is None) else raw_sha256(src)
+    sid = sha[:16]
+    exprs, how = clock.finish()
+    fix = [*exprs, pl.lit(sid).alias("source_id"), pl.col("boot_id").str.replace(tmp_id, sid, literal=True)]
+    lf = (pl.scan_parquet([str(p) for p in parts]) if parts else pl.DataFrame(schema=RECORD_SCHEMA).lazy()
+          .with_columns(pl.lit(None, dtype=pl.Int32).alias("_w"), pl.lit(None, dtype=TS).alias("_ref")))
+    lf = lf.with_columns(fix).drop(*EXTRA)
+    if opts.boot_time is not None and clock.kinds.get(TimeSource.MONOTONIC_ONLY.value):
+        last_boot = f"dmesg:{sid}#{clock.boot_n}"
+        lf = apply_anchor(lf, boot_time_anchor([last_boot], opts.boot_time, opts.host), opts.host)
+    records_file = staging / "records.parquet"
+    sink_parquet(lf, records_file, RECORD_SCHEMA)
+    for p in parts:
+        p.unlink()
+    ev = pl.concat(events) if events else empty_events()
+    ev = retime_events(ev.with_columns(pl.lit(sid).alias("source_id")), records_file)
+    write_parquet(ev, staging / "events.parquet", EVENT_SCHEMA)
+    return _entry(src, det, sid, sha, fp, stats, records_file, ev.height, how, bool(clock.rev), unparsed,
+                  clock.host_counts)
+
+
+def retime_events(events: pl.DataFrame, records_file: Path) -> pl.DataFrame:
+    """Events were matched on provisional times; give them their record's final time."""
+    if events.height == 0:
+        return events
+    lines = events["line"].unique()
+    final = (pl.scan_parquet(records_file).filter(pl.col("line").is_in(lines.implode()))
+             .select("line", pl.col("ts").alias("_ts"), pl.col("ts_source").alias("_tss")).collect())
+    out = events.join(final, on="line", how="left")
+    return out.with_columns(pl.coalesce(pl.col("_ts"), pl.col("ts")).alias("ts"),
+                            pl.coalesce(pl.col("_tss"), pl.col("ts_source")).alias("ts_source")).drop("_ts", "_tss")
+
+
 def _unparsed(recs: pl.DataFrame, det: Detection) -> int:
+    """Lines no format claimed (kept as `text` records), less blank lines, journal banners and prompts."""
     if det.primary == "text":
         return 0
     text = recs.filter(pl.col("format") == "text")
@@ -224,12 +270,17 @@ def _iso(v: datetime | None) -> str | None:
     return None if v is None else v.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: ReadStats, recs: pl.DataFrame,
-           events: pl.DataFrame, anchor: str, rev: bool) -> SourceEntry:
-    hosts = recs["host"].drop_nulls()
-    host = hosts.mode().sort()[0] if hosts.len() else None
-    ts = recs["ts"].drop_nulls()
-    counts = recs.group_by("ts_source").len().sort("ts_source")
+def _summary(records_file: Path) -> dict:
+    lf = pl.scan_parquet(records_file)
+    span = lf.select(pl.col("ts").min().alias("a"), pl.col("ts").max().alias("b"), pl.len().alias("n")).collect()
+    counts = lf.group_by("ts_source").len().sort("ts_source").collect()
+    return {"first_ts": _iso(span["a"][0]), "last_ts": _iso(span["b"][0]), "records": int(span["n"][0]),
+            "ts_sources": dict(zip(counts["ts_source"].to_list(), counts["len"].to_list()))}
+
+
+def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: ReadStats, records_file: Path,
+           events: int, anchor: str, rev: bool, unparsed: int, hosts: Counter) -> SourceEntry:
+    host = sorted(hosts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0] if hosts else None
     notes = []
     if stats.invalid_utf8:
         notes.append(f"{stats.invalid_utf8} line(s) held invalid UTF-8 (decoded with U+FFFD)")
@@ -238,13 +289,13 @@ def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: Read
     if stats.crlf:
         notes.append(f"{stats.crlf} line(s) ended in CRLF")
     size = src.real.stat().st_size if src.real else len(src.stdin_data or b"")
+    summary = _summary(records_file)
     return SourceEntry(
         source_id=sid, path=src.display, sha256=sha, size=size, format=det.primary, formats=list(det.formats),
-        confidence=det.confidence, host=host, records=recs.height, lines=stats.lines,
-        unparsed=_unparsed(recs, det), invalid_utf8=stats.invalid_utf8,
-        first_ts=_iso(ts.min()) if ts.len() else None, last_ts=_iso(ts.max()) if ts.len() else None,
-        time_anchor=anchor, ts_sources=dict(zip(counts["ts_source"].to_list(), counts["len"].to_list())),
-        events=events.height, tool_version=__version__, fingerprint=fp, reversed=rev, notes=notes,
+        confidence=det.confidence, host=host, records=summary["records"], lines=stats.lines, unparsed=unparsed,
+        invalid_utf8=stats.invalid_utf8, first_ts=summary["first_ts"], last_ts=summary["last_ts"],
+        time_anchor=anchor, ts_sources=summary["ts_sources"], events=events, tool_version=__version__,
+        fingerprint=fp, reversed=rev, notes=notes,
     )
 
 
@@ -253,56 +304,62 @@ def anchor_kernel_clocks(store: Store, opts: IngestOptions, rules) -> list[BootA
     mono_sources = [e for e in store.sources() if e.ts_sources.get(TimeSource.MONOTONIC_ONLY.value)]
     if not mono_sources:
         return []
-    walled = (store.records()
-              .filter(pl.col("ident") == "kernel", pl.col("ts").is_not_null(),
-                      pl.col("ts_source") != TimeSource.BOOT_ANCHORED.value)
-              .select("ts", "message", "host").collect())
-    if walled.height == 0:
-        return []
     found: list[BootAnchor] = []
     for e in mono_sources:
-        recs = store.records([e.source_id]).collect()
-        mono = recs.filter(pl.col("ts_source") == TimeSource.MONOTONIC_ONLY.value).select(
-            "boot_id", "mono", "message", "host")
+        src = store.records([e.source_id])
+        mono_only = pl.col("ts_source") == TimeSource.MONOTONIC_ONLY.value
+        mono_msgs = src.filter(mono_only).select("message")
+        walled = (store.records()
+                  .filter(pl.col("ident") == "kernel", pl.col("ts").is_not_null(),
+                          pl.col("ts_source") != TimeSource.BOOT_ANCHORED.value)
+                  .select("ts", "message", "host").join(mono_msgs, on="message", how="semi").collect())
+        if walled.height == 0:
+            continue
+        mono = (src.filter(mono_only).select("boot_id", "mono", "message", "host")
+                .join(walled.lazy().select("message"), on="message", how="semi").collect())
         anchors = {a.boot_id: a for a in find_anchors(mono, walled)}
         if not anchors:
             continue
         found.extend(anchors.values())
-        recs = apply_anchor(recs, anchors, opts.host)
-        events = match_events(recs, rules)
-        ts = recs["ts"].drop_nulls()
-        counts = recs.group_by("ts_source").len().sort("ts_source")
-        hosts = recs["host"].drop_nulls()
-        how = "; ".join(sorted({a.how for a in anchors.values()}))
-        left = recs.filter(pl.col("ts_source") == TimeSource.MONOTONIC_ONLY.value).height
-        entry = replace(e, first_ts=_iso(ts.min()) if ts.len() else None, last_ts=_iso(ts.max()) if ts.len() else None,
-                        ts_sources=dict(zip(counts["ts_source"].to_list(), counts["len"].to_list())),
-                        time_anchor=how + (f"; {left} record(s) of other boots still monotonic only" if left else ""),
-                        host=hosts.mode().sort()[0] if hosts.len() else e.host, events=events.height)
         staging = store.staging()
         try:
-            write_parquet(recs, staging / "r.parquet", RECORD_SCHEMA)
-            write_parquet(events, staging / "e.parquet", EVENT_SCHEMA)
-            store.update(entry, staging / "r.parquet", staging / "e.parquet")
+            records_file = staging / "records.parquet"
+            sink_parquet(apply_anchor(src, anchors, opts.host), records_file, RECORD_SCHEMA)
+            events = retime_events(store.events([e.source_id]).collect(), records_file)
+            write_parquet(events, staging / "events.parquet", EVENT_SCHEMA)
+            summary = _summary(records_file)
+            hosts = pl.scan_parquet(records_file).select(pl.col("host").drop_nulls().mode().sort().first()).collect()
+            how = "; ".join(sorted({a.how for a in anchors.values()}))
+            left = summary["ts_sources"].get(TimeSource.MONOTONIC_ONLY.value, 0)
+            entry = replace(e, first_ts=summary["first_ts"], last_ts=summary["last_ts"],
+                            ts_sources=summary["ts_sources"], host=hosts.item() or e.host,
+                            time_anchor=how + (f"; {left} record(s) of other boots still monotonic only"
+                                               if left else ""))
+            store.update(entry, records_file, staging / "events.parquet")
         finally:
             store.cleanup(staging)
     return found
 
 
+RESCAN_ROWS = 1_000_000
+
+
 def rescan(store: Store, opts: IngestOptions) -> int:
-    """Re-apply the rule packs to every stored source; returns the number of events."""
+    """Re-apply the rule packs to every stored source, in slices; returns the number of events."""
     rules = _load_rules(opts)
     total = 0
     for e in store.sources():
-        recs = store.records([e.source_id]).collect()
-        events = match_events(recs, rules)
+        lf = store.records([e.source_id])
+        events = [match_events(lf.slice(i, RESCAN_ROWS).collect(), rules)
+                  for i in range(0, max(e.records, 1), RESCAN_ROWS)]
+        ev = pl.concat(events) if events else empty_events()
         staging = store.staging()
         try:
-            write_parquet(events, staging / "e.parquet", EVENT_SCHEMA)
-            store.update(replace(e, events=events.height), None, staging / "e.parquet")
+            write_parquet(ev, staging / "e.parquet", EVENT_SCHEMA)
+            store.update(replace(e, events=ev.height), None, staging / "e.parquet")
         finally:
             store.cleanup(staging)
-        total += events.height
+        total += ev.height
     return total
 
 

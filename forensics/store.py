@@ -187,3 +187,10 @@ class Store:
 
 def write_parquet(df: pl.DataFrame, path: Path, schema: dict) -> None:
     conform(df, schema).write_parquet(path, compression="zstd", statistics=True, row_group_size=256_000)
+
+
+def sink_parquet(lf: pl.LazyFrame, path: Path, schema: dict) -> None:
+    """Write a lazy frame in schema order, streaming (bounded memory whatever its size)."""
+    cols = [pl.col(n).cast(t) if n in lf.collect_schema().names() else pl.lit(None, dtype=t).alias(n)
+            for n, t in schema.items()]
+    lf.select(cols).sink_parquet(path, compression="zstd", statistics=True, row_group_size=256_000)

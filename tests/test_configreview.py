@@ -102,7 +102,7 @@ def test_enricher_derives_fields() -> None:
     f = enrich("gpu_xid", {"xid": 79}, "")
     assert "fallen off the bus" in f["xid_meaning"]
     f = enrich("server_config", {"flags": {"--mem-fraction-static": "0.9"}}, "")
-    assert f["mem_fraction_static"] == "0.9" and f["context_length"] == "not set"
+    assert f["mem_fraction_static"] == "0.9" and f["context_length"] == "(default)"
 
 
 def test_knowledge_validation_collects_every_error(tmp_path: Path) -> None:
