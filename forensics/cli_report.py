@@ -122,7 +122,11 @@ def report(ctx: click.Context, spec: str, fmt: str, output: Path | None, redact:
 
     store_path = (ctx.obj or {}).get("store") if isinstance(ctx.obj, dict) else None
     store = Store(store_path)
-    incidents = resolve_incidents(store, spec)
+    try:
+        incidents = resolve_incidents(store, spec)
+    except LookupError as e:
+        click.echo(f"forensics report: {e.args[0] if e.args else e}", err=True)
+        ctx.exit(1)
     if not incidents:
         click.echo(f"forensics report: no incident matches {spec!r}. "
                    "List the incidents in this store with `forensics incidents`.", err=True)

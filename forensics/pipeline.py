@@ -60,6 +60,7 @@ class IngestReport:
 
 
 Progress = Callable[[int], None]
+BATCH_BYTES = 8 << 20  # bytes of input per batch: bounds memory (records, matching, parts) whatever the size
 
 
 def ingest(store: Store, inputs: list[str], opts: IngestOptions,
@@ -209,7 +210,7 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
         parts.append(part)
 
     carry = pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
-    for batch in read_batches(src, stats):
+    for batch in read_batches(src, stats, BATCH_BYTES):
         if carry.height:
             batch = pl.concat([carry, batch])
         recs, carry = (parse_structured(structured, batch, ctx, final=False) if structured
