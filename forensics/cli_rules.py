@@ -431,10 +431,12 @@ def filter_events(lf: pl.LazyFrame, *, kinds: Sequence[str] = (), severity: str 
 @click.option("--tz", default="UTC", show_default=True, help="Zone for --since/--until given without one.")
 @click.option("--limit", type=int, help="At most N events.")
 @json_option
+@click.option("--format", "out_format", type=click.Choice(["csv", "jsonl", "timesketch"]),
+              help="Export format instead of the listing (CSV, JSON lines, Timesketch JSON lines).")
 @click.pass_context
 def events_cmd(ctx: click.Context, kinds: tuple[str, ...], severity: str | None, roles: tuple[str, ...],
                rule_ids: tuple[str, ...], units: tuple[str, ...], hosts: tuple[str, ...], since: str | None,
-               until: str | None, tz: str, limit: int | None, as_json: bool) -> None:
+               until: str | None, tz: str, limit: int | None, as_json: bool, out_format: str | None) -> None:
     """The events the rule packs extracted from the stored records, in time order, with path:line."""
     from .cli import parse_when
 
@@ -446,6 +448,11 @@ def events_cmd(ctx: click.Context, kinds: tuple[str, ...], severity: str | None,
     if limit is not None:
         lf = lf.head(limit)
     df = lf.collect()
+    if out_format:
+        from .export import write_rows
+
+        write_rows(df, out_format, sys.stdout, "events")
+        sys.exit(0 if df.height else 1)
     rows = list(df.iter_rows(named=True))
     if as_json:
         click.echo(json.dumps([event_json(e) for e in rows], indent=1, ensure_ascii=False))
