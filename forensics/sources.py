@@ -204,13 +204,13 @@ def read_batches(src: Source, stats: ReadStats, block: int = BLOCK) -> Iterator[
                 break
             stats.sha.update(chunk)
             stats.bytes += len(chunk)
-            data = rest + chunk
+            data = rest + chunk if rest else chunk
             cut = data.rfind(b"\n")
             if cut < 0:
                 rest = data
                 continue
             rest = data[cut + 1:]
-            df = _decode(data[: cut + 1], lineno, stats)
+            df = _decode(data, lineno, stats, cut + 1)  # the whole lines: data[:cut + 1]
             lineno += df.height
             yield df
     if rest:
@@ -224,14 +224,54 @@ def zlib_error() -> type[BaseException]:
     return zlib.error
 
 
-def _decode(data: bytes, first_line: int, stats: ReadStats) -> pl.DataFrame:
-    """Bytes holding whole lines -> frame; the final newline does not make an extra empty line."""
+BOM = b"\xef\xbb\xbf"
+_CSV = dict(has_header=False, separator="\x00", quote_char=None, schema={"text": pl.String},
+            truncate_ragged_lines=True, empty_string_is_null=False, raise_if_empty=False)
+
+
+def _decode(data: bytes, first_line: int, stats: ReadStats, end: int | None = None) -> pl.DataFrame:
+    """The lines in `data[:end]` (whole lines; a final newline does not make an extra empty line) -> frame."""
+    end = len(data) if end is None else end
+    if data.find(b"\x00", 0, end) >= 0:
+        data = data[:end]
+        stats.nul_bytes += data.count(b"\x00")
+        data = data.replace(b"\x00", "\ufffd".encode())
+        end = len(data)
+    text = _split_fast(data, end, stats)
+    if text is None:
+        text = _split_exact(data[:end] if end < len(data) else data, stats)
+    n = text.len()
+    stats.lines += n
+    return pl.DataFrame({"line": pl.int_range(first_line, first_line + n, eager=True, dtype=pl.Int64), "text": text})
+
+
+def _split_fast(data: bytes, end: int, stats: ReadStats) -> pl.Series | None:
+    """Split valid UTF-8 with the CSV reader (one column, no quoting); None when the result cannot be shown
+    to be the exact split (invalid UTF-8, a lost row): the caller then splits the slow way."""
+    try:
+        text = pl.read_csv(data, **_CSV).to_series()  # type: ignore[arg-type]
+    except pl.exceptions.ComputeError:  # invalid UTF-8 somewhere
+        return None
+    body = end - 1 if data[end - 1:end] == b"\n" else end  # data[:body] holds the lines without the last newline
+    if end < len(data):
+        text = text.head(text.len() - 1)  # the partial line after `end` (always a row of its own)
+    if data.startswith(BOM) and text.len():  # the reader drops a leading byte order mark: put it back
+        text = text.scatter(0, "\ufeff" + (text[0] or ""))
+    crlf = 0
+    if data.find(b"\r", 0, end) >= 0:  # the reader strips the CR of a CRLF line end (one per line)
+        crlf = data.count(b"\r\n", 0, end) + (body == end and data[end - 1:end] == b"\r")
+    # every line is there (newline count) and every byte is accounted for (lengths + newlines + stripped CRs)
+    n = text.len()
+    if n != data.count(b"\n", 0, body) + 1 or text.str.len_bytes().sum() + (n - 1) + crlf != body:
+        return None
+    stats.crlf += crlf
+    return text.alias("text")
+
+
+def _split_exact(data: bytes, stats: ReadStats) -> pl.Series:
+    """Bytes holding whole lines -> text lines; the final newline does not make an extra empty line."""
     if data.endswith(b"\n"):
         data = data[:-1]
-    nul = data.count(b"\x00")
-    if nul:
-        stats.nul_bytes += nul
-        data = data.replace(b"\x00", "\ufffd".encode())
     raw = pl.Series("text", data.split(b"\n"), dtype=pl.Binary)
     try:
         text = raw.cast(pl.String)
@@ -245,9 +285,7 @@ def _decode(data: bytes, first_line: int, stats: ReadStats) -> pl.DataFrame:
     if ncr:
         stats.crlf += ncr
         text = text.str.strip_suffix("\r")
-    n = text.len()
-    stats.lines += n
-    return pl.DataFrame({"line": pl.int_range(first_line, first_line + n, eager=True, dtype=pl.Int64), "text": text})
+    return text
 
 
 def _invalid(b: bytes) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from filelock import FileLock
 from .schema import EVENT_SCHEMA, RECORD_SCHEMA, conform, empty_events, empty_records
 
 STORE_VERSION = 1
+_THREAD_LOCK = threading.RLock()
 DEFAULT_STORE = ".forensics"
 
 
@@ -91,8 +93,9 @@ class Store:
 
     @contextmanager
     def lock(self) -> Iterator[None]:
+        """Exclusive across processes (a lock file) and across threads of this process."""
         self.path.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.path / ".lock"), timeout=600):
+        with _THREAD_LOCK, FileLock(str(self.path / ".lock"), timeout=600):
             yield
 
     # -- manifest
@@ -193,4 +196,4 @@ def sink_parquet(lf: pl.LazyFrame, path: Path, schema: dict) -> None:
     """Write a lazy frame in schema order, streaming (bounded memory whatever its size)."""
     cols = [pl.col(n).cast(t) if n in lf.collect_schema().names() else pl.lit(None, dtype=t).alias(n)
             for n, t in schema.items()]
-    lf.select(cols).sink_parquet(path, compression="zstd", statistics=True, row_group_size=256_000)
+    lf.select(cols).sink_parquet(path, compression="zstd", statistics=True, row_group_size=65_536)

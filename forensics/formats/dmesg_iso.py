@@ -6,6 +6,7 @@ FORMAT = LineFormat(
     name='dmesg-iso',
     description='dmesg --time-format iso: `2025-05-25T20:17:19,123456+00:00 msg` (no brackets; `+HHMM` before util-linux 2.32)',
     pattern='^(?P<stamp>\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2},\\d{6}[+-]\\d{2}:?\\d{2}) (?P<msg>.*)$',
+    fast_pattern='^(?P<_head>(?P<stamp>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]{6}[+-][0-9]{2}:?[0-9]{2}) )',
     stamp=Stamp.ISO,
     priority=26,
     continuation=Continuation.ANY,

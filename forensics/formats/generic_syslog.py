@@ -8,6 +8,7 @@ FORMAT = LineFormat(
     description="any line starting with a syslog stamp `Mon DD HH:MM:SS` that no stricter format claims; no year",
     pattern=(r"^(?P<stamp>(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d{1,2}) "
              r"(?P<time>\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?))\s+(?P<msg>.*)$"),
+    fast_pattern='^(?P<_head>(?P<stamp>(?P<mon>J(?:an|u[nl])|Feb|Ma[ry]|A(?:pr|ug)|Sep|Oct|Nov|Dec) +(?P<day>[0-9][0-9]?) (?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\\.[0-9]{1,9})?))\\s+)',
     stamp=Stamp.SYSLOG_NOYEAR,
     continuation=Continuation.INDENTED,
     priority=81,

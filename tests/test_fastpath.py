@@ -1,0 +1,170 @@
+"""The fast paths give exactly what the slow, declarative ones give.
+
+- A format's `fast_pattern` (a one-pass regex for the common layout of a line's head) must claim only lines its
+  `pattern` matches, with identical groups: `LineFormat.extract` equals `str.extract_groups(pattern)` for any
+  lines (arbitrary text, near-misses of real lines, every sample line, the benchmark corpus when generated).
+- The fast line splitter in `sources` (the CSV reader) must give the lines and repair counts of the exact one.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+from conftest import ROOT
+from forensics import sources
+from forensics.formats import FORMATS
+from forensics.formats.base import group_names
+
+FAST = sorted(name for name, f in FORMATS.items() if f.fast_pattern)
+SAMPLES = ROOT / "samples" / "formats"
+CORPUS = ROOT / "bench" / ".cache" / "42-1024"
+
+
+def _slow(fmt, lines: pl.Series) -> pl.DataFrame:
+    return lines.str.extract_groups(fmt.pattern).struct.unnest()
+
+
+def _same(fmt, lines: list[str]) -> None:
+    s = pl.Series("text", lines, dtype=pl.String)
+    assert_frame_equal(fmt.extract(s), _slow(fmt, s))
+
+
+def _sample_lines() -> list[str]:
+    out: list[str] = []
+    for p in sorted(SAMPLES.glob("*.log")):
+        out.extend(p.read_text(encoding="utf-8", errors="replace").split("\n"))
+    out.extend(f.example for f in FORMATS.values() if f.example)
+    return out
+
+
+SAMPLE_LINES = _sample_lines()
+
+
+def test_fast_patterns_have_the_groups_of_the_pattern() -> None:
+    assert FAST, "no format has a fast path"
+    for name in FAST:
+        fmt = FORMATS[name]
+        assert group_names(fmt.pattern)[-1] == "msg", name
+        assert set(group_names(fmt.fast_pattern)) == set(group_names(fmt.pattern)) - {"msg"} | {"_head"}, name
+        assert fmt.fast_pattern.startswith("^(?P<_head>") and fmt.fast_pattern.endswith(")"), name
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_fast_path_on_every_sample_line(name: str) -> None:
+    _same(FORMATS[name], SAMPLE_LINES)
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_fast_path_claims_its_own_sample(name: str) -> None:
+    """Not dead code: the fast pattern takes the lines of the format's own sample that the pattern matches."""
+    fmt = FORMATS[name]
+    lines = pl.Series([fmt.example] + (fmt.sample_path.read_text().split("\n") if fmt.sample_path.exists() else []))
+    matched = lines.filter(lines.str.contains(fmt.pattern))
+    fast = matched.str.contains(fmt.fast_pattern)
+    assert matched.len() and fast.mean() >= 0.8, (name, fast.mean())
+
+
+# near-misses: real lines with a few characters inserted, deleted or replaced by ones that matter to the patterns
+EDIT = [" ", "  ", "\t", ":", ": ", "[", "]", "[1]", "<3>", ".", ",", "-", "+", "Z", "0", "9", "1234567", "٣", "x",
+        "é", "\u3000", "\u00a0", "\n", "\r", "T", "kernel", "TP0", " DP1", "ATTN_CP2", "May", "Sun", "UTC", "/", "_"]
+
+
+@st.composite
+def near_miss(draw) -> str:
+    line = draw(st.sampled_from(SAMPLE_LINES))
+    for _ in range(draw(st.integers(0, 3))):
+        i = draw(st.integers(0, min(len(line), 48)))
+        op = draw(st.sampled_from(("ins", "del", "rep", "cut")))
+        piece = draw(st.sampled_from(EDIT) | st.text(min_size=1, max_size=2))
+        if op == "ins":
+            line = line[:i] + piece + line[i:]
+        elif op == "del":
+            line = line[:i] + line[i + draw(st.integers(1, 3)):]
+        elif op == "rep":
+            line = line[:i] + piece + line[i + len(piece):]
+        else:
+            line = line[:i]
+    return line
+
+
+ANY_LINE = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
+TOKENS = st.lists(st.sampled_from(EDIT + ["May 25 20:17:19", "2025-05-25T20:17:19", ".123456", "+00:00", "host",
+                                          "sshd", "[2025-05-25 20:17:19", "[ 12.5]", "INFO:", "kern  :err   : "]),
+                  max_size=12).map("".join)
+
+
+@pytest.mark.parametrize("name", FAST)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(near_miss() | ANY_LINE | TOKENS, min_size=1, max_size=40))
+def test_fast_path_equals_pattern_on_arbitrary_lines(name: str, lines: list[str]) -> None:
+    _same(FORMATS[name], lines)
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="benchmark corpus not generated (bench/gen_corpus.py)")
+@pytest.mark.parametrize("name", FAST)
+def test_fast_path_on_the_benchmark_corpus(name: str) -> None:
+    lines: list[str] = []
+    for p in sorted(CORPUS.glob("*.log")):
+        with open(p, "rb") as fh:
+            lines.extend(fh.read(4 << 20).decode("utf-8", "replace").split("\n")[:-1])
+    _same(FORMATS[name], lines)
+
+
+# --- line splitting -----------------------------------------------------------------------------------------
+
+PIECES = [b"a", b"b", b" ", b"\n", b"\n", b"\n", b"\r", b"\r\n", b'"', b",", b"\t", b"#", b"\x00", sources.BOM,
+          "é".encode(), b"\xff", b"\xc3", "\u2028".encode(), b"\x0b"]
+
+
+def _reference(data: bytes) -> tuple[list[str], tuple[int, int, int, int]]:
+    """The original splitter: decode with replacement, count invalid lines, NULs and CRLF ends."""
+    if data.endswith(b"\n"):
+        data = data[:-1]
+    nul = data.count(b"\x00")
+    data = data.replace(b"\x00", "\ufffd".encode())
+    raw = data.split(b"\n")
+    text = [b.decode("utf-8", "replace") for b in raw]
+    bad = sum(1 for b in raw if b.decode("utf-8", "replace").encode() != b)
+    crlf = sum(1 for t in text if t.endswith("\r"))
+    text = [t[:-1] if t.endswith("\r") else t for t in text]
+    return text, (len(text), bad, nul, crlf)
+
+
+@settings(max_examples=500, deadline=None)
+@given(parts=st.lists(st.sampled_from(PIECES), min_size=1, max_size=16), whole=st.booleans(), first=st.integers(1, 9))
+def test_line_splitting_is_exact(parts: list[bytes], whole: bool, first: int) -> None:
+    data = b"".join(parts)
+    end = data.rfind(b"\n") + 1 if whole and b"\n" in data else len(data)
+    stats = sources.ReadStats()
+    df = sources._decode(data, first, stats, end)
+    text, counts = _reference(data[:end])
+    assert df["text"].to_list() == text
+    assert df["line"].to_list() == list(range(first, first + len(text)))
+    assert (stats.lines, stats.invalid_utf8, stats.nul_bytes, stats.crlf) == counts
+
+
+def test_fast_splitter_takes_ordinary_text() -> None:
+    data = "May 25 20:17:19 h a[1]: x\r\n\n\"\n\ufeff é\nlast".encode()
+    assert sources._split_fast(b"\xef\xbb\xbf" + data, len(data) + 3, sources.ReadStats()) is not None
+
+
+def test_read_batches_cover_every_line(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    body = b"".join(rng.choice([b"x\n", b"\n", b"yy\r\n", "é\n".encode(), b"\xff\n", b"\x00z\n", b"long" * 50 + b"\n"])
+                    for _ in range(5000)) + b"tail"
+    (tmp_path / "f.log").write_bytes(body)
+    src = sources.expand([str(tmp_path / "f.log")])[0][0]
+    stats = sources.ReadStats()
+    frames = list(sources.read_batches(src, stats, block=997))
+    got = pl.concat(frames)
+    text, counts = _reference(body)
+    assert got["text"].to_list() == text and got["line"].to_list() == list(range(1, len(text) + 1))
+    assert (stats.lines, stats.invalid_utf8, stats.nul_bytes, stats.crlf) == counts
+    assert stats.bytes == len(body)
