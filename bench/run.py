@@ -61,7 +61,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", default=str(HERE / "results" / "latest.json"))
-    ap.add_argument("--no-rules", action="store_true", help="also time ingest with matching disabled")
+    ap.add_argument("--scaling", action="store_true",
+                    help="also time ingest with matching off and with 2x and 4x the rules (once each)")
     args = ap.parse_args()
     data = corpus(args.size_mb, args.seed)
     files = [str(data / f) for f in FILES]
@@ -93,6 +94,15 @@ def main() -> int:
                 return 1
             results[name].append((dt, rss))
             print(f"run {run + 1}: {name}: {dt:.2f} s, {rss / 2**20:.0f} MiB", file=sys.stderr)
+    if args.scaling:
+        variants = {"forensics ingest --no-rules": ["--no-rules"]}
+        for k in (2, 4):
+            variants[f"forensics ingest, {k}x rules"] = [a for d in scaled_rules(k) for a in ("--rules", d)]
+        for name, extra in variants.items():
+            shutil.rmtree(store_dir / "v", ignore_errors=True)
+            dt, rss, rc = timed([forensics, "--store", str(store_dir / "v"), "ingest", "--quiet", *extra, *files])
+            results[name] = [(dt, rss)]
+            print(f"{name}: {dt:.2f} s, {rss / 2**20:.0f} MiB (exit {rc})", file=sys.stderr)
     rows = []
     for name, rs in results.items():
         t = statistics.median(x[0] for x in rs)
@@ -117,6 +127,23 @@ def main() -> int:
     for miss in found["missed"]:
         print(f"  missed: {miss}")
     return 0
+
+
+def scaled_rules(k: int) -> list[str]:
+    """k-1 copies of the built-in packs under new rule ids, as extra --rules directories."""
+    import yaml
+
+    dirs = []
+    for n in range(1, k):
+        d = Path(tempfile.mkdtemp(prefix=f"rules-x{n}-"))
+        for pack in sorted((ROOT / "rules").glob("*.yaml")):
+            data = yaml.safe_load(pack.read_text())
+            data["pack"] = f"{data['pack']}-copy{n}"
+            for r in data.get("rules", []):
+                r["id"] = f"{r['id']}.copy{n}"
+            (d / f"{pack.stem}-copy{n}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        dirs.append(str(d))
+    return dirs
 
 
 KIND_EVENTS = {"sigkill_cgroup": {"service_killed"}, "kernel_oom": {"oom_kill"},

@@ -59,10 +59,12 @@ def get_store(ctx: click.Context) -> Store:
 @click.option("--force", is_flag=True, help="Re-ingest sources already in the store.")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
               help="Extra rule pack directory (repeatable; also FORENSICS_RULES).")
+@click.option("--no-rules", is_flag=True, help="Store records only; extract events later with `forensics rescan`.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, no summary lines.")
 @click.pass_context
 def ingest(ctx: click.Context, paths: tuple[str, ...], fmt: str | None, host: str | None, year: int | None,
-           tz: str, boot_time: str | None, force: bool, rules_dirs: tuple[str, ...], quiet: bool) -> None:
+           tz: str, boot_time: str | None, force: bool, rules_dirs: tuple[str, ...], no_rules: bool,
+           quiet: bool) -> None:
     """Read log files (globs, directories, .gz/.bz2/.xz/.zst, `-` for stdin) into the store."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -73,7 +75,7 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], fmt: str | None, host: st
     except (ZoneInfoNotFoundError, ValueError):
         raise click.BadParameter(f"{tz!r} is not an IANA zone name (e.g. UTC, Europe/Berlin)", param_hint="--tz")
     opts = IngestOptions(fmt=fmt, host=host, year=year, tz=tz, boot_time=parse_when(boot_time, tz),
-                         force=force, rules_dirs=rules_dirs)
+                         force=force, rules_dirs=rules_dirs, match=not no_rules)
     show = not quiet and sys.stderr.isatty()
     bars: list = []
 

@@ -40,6 +40,7 @@ class IngestOptions:
     boot_time: datetime | None = None
     force: bool = False
     rules_dirs: tuple[str, ...] = ()
+    match: bool = True                 # False: store records only (`forensics rescan` extracts events later)
 
 
 @dataclass
@@ -120,6 +121,8 @@ def _sample_lines(src: Source) -> pl.Series:
 
 
 def _load_rules(opts: IngestOptions):  # -> RuleSet | None
+    if not opts.match:
+        return None
     try:
         from .match import match_records  # noqa: F401
         from .rulepacks import load_rules

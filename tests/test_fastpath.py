@@ -95,6 +95,33 @@ def near_miss(draw) -> str:
 
 
 ANY_LINE = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
+
+# lines built from the parts of a line head, each in usual and unusual spellings
+STAMPS = ["May 25 20:17:19", "May  5 20:17:19", "May 5 20:17:19", "May 125 20:17:19", "may 25 20:17:19",
+          "Jun 25 20:17:19.123456", "Jul 25 20:17:19.", "Dec 25 20:17:19.1234567890", "May 2٥ 20:17:19",
+          "2025-05-25T20:17:19+00:00", "2025-05-25T20:17:19+0000", "2025-05-25T20:17:19Z", "2025-05-25T20:17:19z",
+          "2025-05-25T20:17:19.123456+00:00", "2025-05-25T20:17:19.123-05:00", "2025-05-25T20:17:19.1234567Z",
+          "2025-05-25T20:17:19,123456+00:00", "2025-05-25T20:17:19,123456+0200", "2025-05-25T20:17:19,123456",
+          "[ 12.345678]", "[12.5]", "[\t1.5]", "[ 1.]", "[   8123.456789]", "1748204239.123456", "174820423.123456",
+          "Sun 2025-05-25 20:17:19 UTC", "Sun 2025-05-25 20:17:19.123 CEST", "Mon 2025-05-25 20:17:19 Europe/Paris",
+          "[2025-05-25 20:17:19]", "[2025-05-25 20:17:19 TP0]", "[2025-05-25 20:17:19.123 DP1 TP3]",
+          "[2025-05-25 20:17:19 TP]", "[2025-05-25 20:17:19  TP0]", "[2025-05-25 20:17:19 ATTN_CP2 MOE_DP1 EP0]",
+          "<6>[ 1.0]", "<12>May 25 20:17:19", "<1234>[ 1.0]", "kern  :err   : [ 1.0]", "user :info  :[ 1.0]",
+          "[Sun May 25 20:17:19 2025]", "[Sun May  5 20:17:19 2025]", "[Sat May 25 20:17:19 25]", "INFO:", "TRACE:",
+          "2025-05-25 20:29:46,981 - INFO - core.py:123 - flashinfer.jit:", "2025-05-25 20:29:46,981 - INFO - x:1 - y:",
+          ""]
+SEPS = [" ", " ", " ", "", "  ", "\t", "\u3000", " \n"]
+HOSTS = ["h", "gpu-node-1", "a:b", "a[1]", "hôte", "x]y", "", "a:"]
+IDENTS = ["kernel", "systemd", "foo:bar", "a::", "a:", ":", "x]", "python3", "sshd(pam_unix)", "", "a b", "[", "é",
+          "sglang.service", "k:8"]
+PIDS = ["", "", "[1]", "[48213]", "[12a]", "[]", "[٣]", "[1", "1]", "[1]]"]
+COLONS = [":", ":", "::", ": ", ":x", "", " :"]
+MSGS = ["", " msg", "msg", " : x", "\n", " a\nb", " \t", "  x", " [1]: y", "\r"]
+
+HEADED = st.builds(lambda *p: "".join(p), st.sampled_from(STAMPS), st.sampled_from(SEPS), st.sampled_from(HOSTS),
+                   st.sampled_from(SEPS), st.sampled_from(IDENTS), st.sampled_from(PIDS), st.sampled_from(COLONS),
+                   st.sampled_from(MSGS))
+STAMPED = st.builds(lambda *p: "".join(p), st.sampled_from(STAMPS), st.sampled_from(SEPS), st.sampled_from(MSGS))
 TOKENS = st.lists(st.sampled_from(EDIT + ["May 25 20:17:19", "2025-05-25T20:17:19", ".123456", "+00:00", "host",
                                           "sshd", "[2025-05-25 20:17:19", "[ 12.5]", "INFO:", "kern  :err   : "]),
                   max_size=12).map("".join)
@@ -102,7 +129,7 @@ TOKENS = st.lists(st.sampled_from(EDIT + ["May 25 20:17:19", "2025-05-25T20:17:1
 
 @pytest.mark.parametrize("name", FAST)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(lines=st.lists(near_miss() | ANY_LINE | TOKENS, min_size=1, max_size=40))
+@given(lines=st.lists(HEADED | STAMPED | near_miss() | ANY_LINE | TOKENS, min_size=1, max_size=40))
 def test_fast_path_equals_pattern_on_arbitrary_lines(name: str, lines: list[str]) -> None:
     _same(FORMATS[name], lines)
 
