@@ -15,48 +15,59 @@ SGLANG_IN_MSG = r"^\[(\d{4}-\d{2}-\d{2}) \d{2}:\d{2}:\d{2}(?:\.\d+)?((?: (?:DP|P
 NEW_RECORD = (r"^(\[\d{4}-\d{2}-\d{2} |\[rank\d+\]:|\[?[IWEF]\d{4} \d|INFO:|WARNING:|ERROR:|DEBUG:|CRITICAL:|"
               r"Traceback \(most recent call last\):|Exception raised from )")
 BLOCK_START = r"Traceback \(most recent call last\):|^Exception raised from "
+BLOCK_LITERALS = ["Traceback (most recent call last):", "Exception raised from "]
+KEY = ["host", "ident", "pid"]
 
 
 def normalise_batch(recs: pl.DataFrame) -> pl.DataFrame:
-    """Per-batch fixes that need no knowledge of the rest of the source."""
+    """Per-batch fixes that need no knowledge of the rest of the source. Each runs only on the rows it
+    can concern (systemd lines, bracketed messages, processes that logged a traceback)."""
     if recs.height == 0:
         return recs
     msg = pl.col("message")
-    systemd_ident = pl.col("ident").str.starts_with("systemd").fill_null(False)
-    recs = recs.with_columns(
-        pl.coalesce(pl.col("unit"), pl.when(systemd_ident).then(msg.str.extract(UNIT_PREFIX, 1))).alias("unit"),
-        pl.coalesce(pl.col("rank"), msg.str.extract(SGLANG_IN_MSG, 2).str.strip_chars().replace("", None))
-        .alias("rank"),
-    )
-    journal = pl.col("format").is_in(list(JOURNAL_TEXT))
-    if recs.select((journal & msg.str.contains(BLOCK_START)).any()).item():
-        recs = _merge_journal_blocks(recs)
+    recs = _fill(recs, "unit", pl.col("ident").str.starts_with("systemd").fill_null(False) & pl.col("unit").is_null(),
+                 msg.str.extract(UNIT_PREFIX, 1))
+    recs = _fill(recs, "rank", msg.str.starts_with("[").fill_null(False) & pl.col("rank").is_null(),
+                 msg.str.extract(SGLANG_IN_MSG, 2).str.strip_chars().replace("", None))
+    journal = pl.col("format").is_in(list(JOURNAL_TEXT)) & pl.col("pid").is_not_null()
+    starts = recs.filter(journal & msg.str.contains_any(BLOCK_LITERALS))
+    if starts.height:
+        recs = _merge_journal_blocks(recs, starts.select(KEY).unique())
     return recs
 
 
-def _merge_journal_blocks(recs: pl.DataFrame) -> pl.DataFrame:
+def _fill(recs: pl.DataFrame, col: str, mask: pl.Expr, value: pl.Expr) -> pl.DataFrame:
+    """Set `col` to `value` on the rows of `mask`, computing `value` on those rows only."""
+    idx = recs.select(mask.arg_true().alias("i"))["i"]
+    if idx.len() == 0:
+        return recs
+    vals = recs[idx].select(value.alias(col))[col]
+    return recs.with_columns(recs[col].scatter(idx, vals))
+
+
+def _merge_journal_blocks(recs: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
     """A traceback logged through the journal is one entry per line; make it one record again.
 
     Within one (host, ident, pid), a block starts at `Traceback (most recent call last):` (or c10's
     `Exception raised from`) and takes the following entries of that process until one that starts a new
-    log record (an SGLang/glog/uvicorn prefix) or a gap of more than 2 s."""
-    key = ["host", "ident", "pid"]
+    log record (an SGLang/glog/uvicorn prefix) or a gap of more than 2 s. Only the processes that logged a
+    block start in this batch (`keys`) are looked at."""
     journal = pl.col("format").is_in(list(JOURNAL_TEXT)) & pl.col("pid").is_not_null()
-    df = recs.with_row_index("_i").with_columns(journal.alias("_j"))
-    j = df.filter(pl.col("_j"))
-    gap = (pl.col("ts") - pl.col("ts").shift(1).over(key)).dt.total_seconds().abs()
+    df = recs.with_row_index("_i")
+    j = df.filter(journal).join(keys, on=KEY, how="semi")
+    gap = (pl.col("ts") - pl.col("ts").shift(1).over(KEY)).dt.total_seconds().abs()
     new_rec = (pl.col("message").str.contains(NEW_RECORD) | gap.is_null() | (gap > 2))
     start = pl.col("message").str.contains(BLOCK_START)
     j = j.with_columns(new_rec.alias("_new"), start.alias("_start"))
-    j = j.with_columns(pl.when(pl.col("_new")).then(pl.col("_start")).forward_fill().over(key).alias("_in"))
+    j = j.with_columns(pl.when(pl.col("_new")).then(pl.col("_start")).forward_fill().over(KEY).alias("_in"))
     j = j.with_columns((pl.col("_in") & ~pl.col("_new")).alias("_cont"))
     if not j["_cont"].any():
         return recs
-    j = j.with_columns((~pl.col("_cont")).cum_sum().over(key).alias("_blk"))
+    j = j.with_columns((~pl.col("_cont")).cum_sum().over(KEY).alias("_blk"))
     cols = [c for c in RECORD_SCHEMA if c not in ("message", "line", "line_end")]
-    merged = (j.group_by([*key, "_blk"], maintain_order=True)
+    merged = (j.group_by([*KEY, "_blk"], maintain_order=True)
               .agg(pl.col("_i").first(), pl.col("line").first(), pl.col("line_end").max(),
-                   pl.col("message").str.join("\n"), *[pl.col(c).first() for c in cols if c not in key]))
-    others = df.filter(~pl.col("_j"))
+                   pl.col("message").str.join("\n"), *[pl.col(c).first() for c in cols if c not in KEY]))
+    others = df.filter(~pl.col("_i").is_in(j["_i"].implode()))
     out = pl.concat([others.select(["_i", *RECORD_SCHEMA]), merged.select(["_i", *RECORD_SCHEMA])])
     return out.sort("_i").drop("_i")

@@ -111,7 +111,7 @@ STAMPS = ["May 25 20:17:19", "May  5 20:17:19", "May 5 20:17:19", "May 125 20:17
           "2025-05-25 20:29:46,981 - INFO - core.py:123 - flashinfer.jit:", "2025-05-25 20:29:46,981 - INFO - x:1 - y:",
           ""]
 SEPS = [" ", " ", " ", "", "  ", "\t", "\u3000", " \n"]
-HOSTS = ["h", "gpu-node-1", "a:b", "a[1]", "hôte", "x]y", "", "a:"]
+HOSTS = ["h", "gpu-node-1", "a:b", "a[1]", "hôte", "x]y", "", "a:", "a\tb", "a\u3000b", "a\u00a0b"]
 IDENTS = ["kernel", "systemd", "foo:bar", "a::", "a:", ":", "x]", "python3", "sshd(pam_unix)", "", "a b", "[", "é",
           "sglang.service", "k:8"]
 PIDS = ["", "", "[1]", "[48213]", "[12a]", "[]", "[٣]", "[1", "1]", "[1]]"]
@@ -125,6 +125,23 @@ STAMPED = st.builds(lambda *p: "".join(p), st.sampled_from(STAMPS), st.sampled_f
 TOKENS = st.lists(st.sampled_from(EDIT + ["May 25 20:17:19", "2025-05-25T20:17:19", ".123456", "+00:00", "host",
                                           "sshd", "[2025-05-25 20:17:19", "[ 12.5]", "INFO:", "kern  :err   : "]),
                   max_size=12).map("".join)
+
+
+def _built_lines() -> list[str]:
+    """Every stamp with every separator and message; a seeded draw of full heads from the parts."""
+    out = [a + b + c for a in STAMPS for b in SEPS for c in MSGS]
+    rng = random.Random(1)
+    parts = (STAMPS, SEPS, HOSTS, SEPS, IDENTS, PIDS, COLONS, MSGS)
+    out += ["".join(rng.choice(p) for p in parts) for _ in range(40000)]
+    return out
+
+
+BUILT = _built_lines()
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_fast_path_on_built_lines(name: str) -> None:
+    _same(FORMATS[name], BUILT)
 
 
 @pytest.mark.parametrize("name", FAST)
