@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -28,7 +28,7 @@ from .timefix import EXTRA, SourceClock, YearAnchor
 from .parse import ParseContext, parse_lines, parse_structured, resolve
 from .schema import EVENT_SCHEMA, RECORD_SCHEMA, TS, TimeSource, empty_events
 from .sources import ReadStats, Source, SourceError, expand, head_bytes, open_binary, read_batches
-from .store import SourceEntry, Store, sink_parquet, write_parquet
+from .store import SourceEntry, Store, sink_parquet, write_parquet, write_parquet_parts
 
 
 @dataclass(frozen=True)
@@ -231,8 +231,8 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
             ev_part = staging / f"events-{len(events):05d}.parquet"
             ev.write_parquet(ev_part, compression="lz4", statistics=False)
             events.append(ev_part)
-        part = staging / f"part-{len(parts):05d}.parquet"
-        recs.write_parquet(part, compression="lz4", statistics=False)
+        part = staging / f"part-{len(parts):05d}.arrow"
+        recs.write_ipc(part, compression="uncompressed")  # staging only: the fastest to write and re-read
         parts.append(part)
 
     carry = pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
@@ -252,14 +252,17 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
     sid = sha[:16]
     exprs, how = clock.finish()
     fix = [*exprs, pl.lit(sid).alias("source_id"), pl.col("boot_id").str.replace(tmp_id, sid, literal=True)]
-    lf = (pl.scan_parquet([str(p) for p in parts]) if parts else pl.DataFrame(schema=RECORD_SCHEMA).lazy()
-          .with_columns(pl.lit(None, dtype=pl.Int32).alias("_w"), pl.lit(None, dtype=TS).alias("_ref")))
-    lf = lf.with_columns(fix).drop(*EXTRA)
+    anchor = None
     if opts.boot_time is not None and clock.kinds.get(TimeSource.MONOTONIC_ONLY.value):
-        last_boot = f"dmesg:{sid}#{clock.boot_n}"
-        lf = apply_anchor(lf, boot_time_anchor([last_boot], opts.boot_time, opts.host), opts.host)
+        anchor = boot_time_anchor([f"dmesg:{sid}#{clock.boot_n}"], opts.boot_time, opts.host)
+
+    def fixed() -> Iterator[pl.DataFrame]:
+        for part in parts:
+            df = pl.read_ipc(part).with_columns(fix).drop(*EXTRA)
+            yield apply_anchor(df, anchor, opts.host) if anchor else df
+
     records_file = staging / "records.parquet"
-    sink_parquet(lf, records_file, RECORD_SCHEMA)
+    write_parquet_parts(fixed(), records_file, RECORD_SCHEMA)
     for p in parts:
         p.unlink()
     ev = pl.read_parquet([str(p) for p in events]) if events else empty_events()

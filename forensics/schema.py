@@ -75,6 +75,8 @@ def empty_events() -> pl.DataFrame:
 
 def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """Add missing columns as nulls, cast, and order columns as in `schema`."""
+    if df.width == 0:  # selecting literals from a frame with no columns would make one row
+        return pl.DataFrame(schema=schema)
     cols = []
     for name, dtype in schema.items():
         if name in df.columns:

@@ -1,0 +1,403 @@
+"""Crash safety and store integrity.
+
+- `forensics ingest` of several files and `forensics rescan` are SIGKILLed at 20 random points each; after every
+  kill the store opens, lists only sources that are complete (exact record and event counts, files that agree
+  with the manifest), and a re-run completes with the exact counts.
+- `forensics store check` finds orphans, missing and corrupt files, counts that differ from the manifest and
+  leftovers of interrupted writes, and `--repair` fixes them; the store version migrates from version 0.
+
+(test_store.py already covers one killed ingest of one big file and two concurrent ingests.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from test_hostile import cli, journal_lines, run_cli
+
+from forensics.pipeline import IngestOptions, ingest, rescan
+from forensics.store import STORE_VERSION, Store, StoreError
+from forensics.storecheck import MIGRATIONS, check, migrate, repair, upgrade
+
+KILLS = int(os.environ.get("FORENSICS_TEST_KILLS", "20"))
+EXTRA_RULE = """\
+pack: crashtest
+rules:
+  - id: crashtest.request
+    kind: crashtest_request
+    severity: info
+    role: context
+    pattern: 'request (?P<n>\\d+) served'
+    title: 'request {n}'
+    explain: a request was served
+    examples:
+      match: ['2025-05-25T00:00:00+00:00 h app-x[1]: x request 7 served in 3 ms']
+      near_miss: ['2025-05-25T00:00:00+00:00 h app-x[1]: x request refused']
+kinds:
+  crashtest_request: {role: context, description: a served request}
+"""
+
+
+def _inputs(d: Path, n: int = 5, lines: int = 6000) -> list[Path]:
+    d.mkdir(parents=True, exist_ok=True)
+    out = []
+    for k in range(n):
+        p = d / f"host{k}.log"
+        p.write_text(journal_lines(lines + 500 * k, f"f{k}", host=f"node-{k}", oom_every=250))
+        out.append(p)
+    return out
+
+
+def _reference(files: list[Path], store_dir: Path, rules_dirs: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
+    store = Store(store_dir)
+    rep = ingest(store, [str(f) for f in files], IngestOptions(rules_dirs=rules_dirs))
+    assert not rep.failed
+    return {e.path: (e.records, e.events) for e in store.sources()}
+
+
+def _file_rows(f: Path) -> int:
+    return pl.scan_parquet(str(f)).select(pl.len()).collect().item()
+
+
+def _assert_consistent(store_dir: Path, expect: dict[str, tuple[int, int]] | list[dict[str, tuple[int, int]]],
+                       what: str) -> set[str]:
+    """The store opens; each listed source has exactly the reference counts (one of the references, for a
+    rescan half done), in its entry and in its files; store check finds nothing but leftovers. Returns the
+    listed paths."""
+    refs = expect if isinstance(expect, list) else [expect]
+    store = Store(store_dir)
+    if not store.exists():
+        return set()
+    listed = store.sources()
+    for e in listed:
+        options = [r[e.path] for r in refs if e.path in r]
+        assert options, f"{what}: unexpected source {e.path}"
+        assert (e.records, e.events) in options, f"{what}: {e.path} lists {(e.records, e.events)}, want one of {options}"
+        assert _file_rows(store.records_file(e.source_id)) == e.records, f"{what}: {e.path} records file"
+        assert _file_rows(store.events_file(e.source_id)) == e.events, f"{what}: {e.path} events file"
+    res = check(store_dir, min_age=0)
+    serious = [p.line() for p in res.problems if p.kind not in ("leftover", "orphan")]
+    assert not serious, f"{what}: store check: {serious}"
+    return {e.path for e in listed}
+
+
+def _kill_after(cmd: list[str], delay: float) -> tuple[bool, int]:
+    """Run `cmd`, SIGKILL it after `delay` s if still running. Returns (killed, exit status)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        p.wait(timeout=delay)
+        killed = False
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        killed = True
+    err = p.stderr.read().decode("utf-8", "replace") if p.stderr else ""
+    p.stderr.close()
+    assert killed or "Traceback" not in err, err[-3000:]
+    return killed, p.returncode
+
+
+def _timed(cmd: list[str]) -> float:
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return time.monotonic() - t0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# SIGKILL at random points
+
+
+def test_ingest_killed_at_random_points(tmp_path: Path) -> None:
+    files = _inputs(tmp_path / "logs")
+    ref = _reference(files, tmp_path / "ref")
+    assert len(ref) == len(files) and all(ev > 0 for _, ev in ref.values())
+    s = tmp_path / "s"
+    args = ["ingest", "--quiet", *map(str, files)]
+    full = _timed(cli(tmp_path / "calibrate", *args))
+    rng = random.Random(int(os.environ.get("FORENSICS_TEST_SEED", "20250525")))
+    kills = completed = runs = 0
+    before: set[str] = set()
+    while kills < KILLS and runs < KILLS * 4:
+        runs += 1
+        killed, rc = _kill_after(cli(s, *args), rng.uniform(0.4, full))
+        now = _assert_consistent(s, ref, f"run {runs} ({'killed' if killed else 'completed'})")
+        assert before <= now, f"run {runs}: sources disappeared: {before - now}"
+        if killed:
+            kills += 1
+            before = now
+            continue
+        # a run that was not killed is a re-run after the kills before it: exact counts, every source
+        assert rc == 0
+        assert {e.path: (e.records, e.events) for e in Store(s).sources()} == ref
+        completed += 1
+        shutil.rmtree(s)      # start over, so that the next kills land in real work again
+        before = set()
+    assert kills == KILLS, f"only {kills} kills in {runs} runs"
+    # the last state: re-run to completion, exact counts; then repair removes only leftovers
+    assert subprocess.run(cli(s, *args), capture_output=True).returncode == 0
+    assert {e.path: (e.records, e.events) for e in Store(s).sources()} == ref
+    fixed = repair(s, min_age=0)
+    assert {p.kind for p in fixed.problems} <= {"leftover", "orphan"}
+    assert check(s).ok
+    print(f"ingest: {kills} kills survived in {runs} runs ({completed} completed re-runs), {len(files)} files, "
+          f"full run {full:.1f} s")
+
+
+def test_rescan_killed_at_random_points(tmp_path: Path) -> None:
+    files = _inputs(tmp_path / "logs", n=4, lines=8000)
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "crashtest.yaml").write_text(EXTRA_RULE)
+    plain = _reference(files, tmp_path / "ref-plain")
+    extra = _reference(files, tmp_path / "ref-extra", (str(rules),))
+    assert all(extra[p][1] > plain[p][1] for p in plain)
+    s = tmp_path / "s"
+    assert subprocess.run(cli(s, "ingest", "--quiet", *map(str, files)), capture_output=True).returncode == 0
+    targets = {"extra": (["rescan", "--rules", str(rules)], extra), "plain": (["rescan"], plain)}
+    full = _timed(cli(s, *targets["extra"][0]))
+    assert subprocess.run(cli(s, "rescan"), capture_output=True).returncode == 0
+    rng = random.Random(int(os.environ.get("FORENSICS_TEST_SEED", "20250525")) + 1)
+    kills = runs = completed = 0
+    target = "extra"
+    while kills < KILLS and runs < KILLS * 4:
+        runs += 1
+        args, ref = targets[target]
+        killed, rc = _kill_after(cli(s, *args), rng.uniform(0.4, full))
+        _assert_consistent(s, [plain, extra], f"rescan run {runs}")
+        if killed:
+            kills += 1
+            continue
+        assert rc == 0
+        assert {e.path: (e.records, e.events) for e in Store(s).sources()} == ref
+        completed += 1
+        target = "plain" if target == "extra" else "extra"
+    assert kills == KILLS
+    args, ref = targets[target]
+    assert subprocess.run(cli(s, *args), capture_output=True).returncode == 0
+    assert {e.path: (e.records, e.events) for e in Store(s).sources()} == ref
+    print(f"rescan: {kills} kills survived in {runs} runs ({completed} completed re-runs), full run {full:.1f} s")
+
+
+_CRASH_IN_UPDATE = """
+import os, sys
+import forensics.store as st
+real = st.Store._write_manifest
+def crash(self, data):
+    if sys._getframe(1).f_code.co_name == "update":
+        os._exit(137)          # the process dies between replacing the file and listing it
+    real(self, data)
+st.Store._write_manifest = crash
+from forensics.cli import main
+sys.argv = ["forensics", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="store.py Store.update() replaces the listed source's events (or records) "
+                   "file with os.replace before it writes the manifest: a process killed between the two leaves "
+                   "the manifest's `events` count (and first_ts/ts_sources after anchoring) disagreeing with the "
+                   "file; write the new file under a new name and switch the manifest to it, or keep the old file "
+                   "until the manifest is written")
+def test_rescan_killed_between_file_and_manifest_leaves_a_consistent_store(tmp_path: Path) -> None:
+    files = _inputs(tmp_path / "logs", n=1, lines=2000)
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "crashtest.yaml").write_text(EXTRA_RULE)
+    s = tmp_path / "s"
+    assert subprocess.run(cli(s, "ingest", "--quiet", *map(str, files)), capture_output=True).returncode == 0
+    r = subprocess.run([sys.executable, "-c", _CRASH_IN_UPDATE, "--store", str(s), "rescan", "--rules", str(rules)],
+                       capture_output=True, text=True)
+    assert r.returncode == 137, r.stderr[-2000:]
+    (e,) = Store(s).sources()
+    assert _file_rows(Store(s).events_file(e.source_id)) == e.events
+
+
+# ------------------------------------------------------------------------------------------------------------
+# store check and repair
+
+
+def _store_with(tmp_path: Path, n: int = 3) -> tuple[Path, list[Path]]:
+    files = _inputs(tmp_path / "logs", n=n, lines=300)
+    s = tmp_path / "s"
+    rep = ingest(Store(s), [str(f) for f in files], IngestOptions())
+    assert not rep.failed
+    return s, files
+
+
+def test_store_check_clean(tmp_path: Path) -> None:
+    s, files = _store_with(tmp_path)
+    r = run_cli(s, "store", "check")
+    assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+    assert "clean" in r.stderr and "3 source(s)" in r.stderr
+    r = run_cli(s, "store", "check", "--json", "--sources")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["ok"] and doc["sources"] == 3 and doc["store_version"] == STORE_VERSION
+    assert doc["notes"] == []
+    files[0].write_text("changed\n")
+    doc = json.loads(run_cli(s, "store", "check", "--json", "--sources").stdout)
+    assert doc["ok"] and "changed since it was ingested" in doc["notes"][0]
+
+
+def test_store_check_finds_every_problem_and_repair_fixes_them(tmp_path: Path) -> None:
+    s, files = _store_with(tmp_path, n=5)
+    store = Store(s)
+    by_path = {e.path: e for e in store.sources()}
+    e_corrupt, e_missing, e_count, e_events_count = (by_path[str(f)] for f in files[:4])
+    # a corrupt Parquet file (bytes flipped in the middle), a missing one, row counts that differ
+    f = store.records_file(e_corrupt.source_id)
+    b = bytearray(f.read_bytes())
+    for i in range(len(b) // 3, len(b) // 3 + 64):
+        b[i] ^= 0x5A
+    f.write_bytes(bytes(b))
+    store.events_file(e_missing.source_id).unlink()
+    recs = pl.read_parquet(store.records_file(e_count.source_id))
+    recs.head(recs.height - 1).write_parquet(store.records_file(e_count.source_id))
+    data = json.loads(store.manifest_path.read_text())
+    data["sources"][e_events_count.source_id]["events"] += 3
+    store.manifest_path.write_text(json.dumps(data))
+    # orphans and leftovers
+    (s / "records" / "0123456789abcdef.parquet").write_bytes(b"PAR1 orphan")
+    (s / "events" / "stray.parquet").write_bytes(b"")
+    (s / "tmp" / "deadbeef").mkdir()
+    (s / "tmp" / "deadbeef" / "records.parquet").write_bytes(b"half")
+    (s / "manifest.0a1b.tmp").write_text("{")
+
+    r = run_cli(s, "store", "check")
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    want = {("corrupt", e_corrupt.path), ("missing", e_missing.path), ("count", e_count.path),
+            ("count", e_events_count.path), ("orphan", "records/0123456789abcdef.parquet"),
+            ("orphan", "events/stray.parquet"), ("leftover", "tmp/deadbeef"), ("leftover", "manifest.0a1b.tmp")}
+    for kind, name in want:
+        hit = [ln for ln in lines if ln.startswith(f"{kind}: ") and name in ln]
+        assert len(hit) == 1, (kind, name, lines)
+    assert len(lines) == len(want), lines
+    assert all("ingest" in ln for ln in lines if ln.startswith(("corrupt", "missing", "count")))
+    assert "forensics rescan" in next(ln for ln in lines if e_events_count.path in ln)
+    assert "--repair" in r.stderr
+    # the young leftovers stay unless --min-age allows them
+    kept = run_cli(s, "store", "check", "--repair")
+    assert kept.returncode == 1 and (s / "tmp" / "deadbeef").exists() and (s / "manifest.0a1b.tmp").exists()
+    assert "remain" in kept.stderr
+    for e in (e_corrupt, e_missing, e_count, e_events_count):
+        assert f"repaired: dropped {e.path} from the store; re-ingest it: forensics --store {s} ingest {e.path}" \
+            in kept.stdout
+    assert not (s / "records" / "0123456789abcdef.parquet").exists() and not (s / "events" / "stray.parquet").exists()
+    fixed = run_cli(s, "store", "check", "--repair", "--min-age", "0")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert not (s / "tmp" / "deadbeef").exists() and not (s / "manifest.0a1b.tmp").exists()
+    again = run_cli(s, "store", "check")
+    assert again.returncode == 0, again.stdout
+    assert [e.path for e in Store(s).sources()] == [str(files[4])]
+    # following the advice restores the store
+    assert run_cli(s, "ingest", *map(str, files)).returncode == 0
+    assert len(Store(s).sources()) == 5 and run_cli(s, "store", "check").returncode == 0
+
+
+def test_store_check_broken_manifest_and_entries(tmp_path: Path) -> None:
+    s, files = _store_with(tmp_path, n=2)
+    data = json.loads((s / "manifest.json").read_text())
+    (sid, entry), (sid2, entry2) = sorted(data["sources"].items())
+    entry2 = dict(entry2)
+    del entry2["sha256"]
+    data["sources"][sid2] = entry2
+    data["sources"]["../../evil"] = {**entry, "source_id": "../../evil"}
+    (s / "manifest.json").write_text(json.dumps(data))
+    r = run_cli(s, "store", "check", "--json")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and {p["kind"] for p in doc["problems"]} == {"entry"}
+    assert len(doc["problems"]) == 2
+    fixed = repair(s)
+    assert fixed.repaired and check(s).ok and [e.source_id for e in Store(s).sources()] == [sid]
+    assert (s / "records" / f"{sid}.parquet").exists()
+    # a manifest that is not JSON: reported, never "repaired" away
+    (s / "manifest.json").write_text("{ not json")
+    r = run_cli(s, "store", "check", "--repair")
+    assert r.returncode == 1 and "manifest" in r.stdout and "backup" in r.stdout
+    assert (s / "records" / f"{sid}.parquet").exists()
+    assert run_cli(tmp_path / "nowhere", "store", "check").returncode == 2
+
+
+# ------------------------------------------------------------------------------------------------------------
+# versions and migrations
+
+
+def _make_v0(s: Path) -> None:
+    """Turn a store into what version 0 looked like: no store_version, entries without fingerprint, notes,
+    reversed and tool_version."""
+    data = json.loads((s / "manifest.json").read_text())
+    old = {"sources": {}}
+    for sid, e in data["sources"].items():
+        old["sources"][sid] = {k: v for k, v in e.items() if k not in ("fingerprint", "notes", "reversed", "tool_version")}
+    (s / "manifest.json").write_text(json.dumps(old))
+
+
+def test_migrations_cover_every_version() -> None:
+    assert sorted(MIGRATIONS) == list(range(STORE_VERSION))
+    with pytest.raises(StoreError, match="newer forensics"):
+        upgrade({"store_version": STORE_VERSION + 1, "sources": {}})
+    with pytest.raises(StoreError):
+        upgrade({"store_version": "one", "sources": {}})
+    assert upgrade({"store_version": STORE_VERSION, "sources": {}}) == {"store_version": STORE_VERSION, "sources": {}}
+
+
+def test_version_0_store_migrates(tmp_path: Path) -> None:
+    s, files = _store_with(tmp_path, n=2)
+    before = {e.path: (e.records, e.events) for e in Store(s).sources()}
+    _make_v0(s)
+    r = run_cli(s, "store", "check")
+    assert r.returncode == 1 and r.stdout.startswith("version: ") and "store version 0" in r.stdout
+    assert "--repair" in r.stdout
+    assert migrate(s) == 1
+    assert migrate(s) == 0
+    data = json.loads((s / "manifest.json").read_text())
+    assert data["store_version"] == STORE_VERSION
+    entries = Store(s).sources()
+    assert {e.path: (e.records, e.events) for e in entries} == before
+    assert all(e.fingerprint == "" and e.notes == [] and e.reversed is False for e in entries)
+    assert run_cli(s, "store", "check").returncode == 0
+    # the migrated store takes new sources and re-ingests of the old ones without duplicates
+    assert run_cli(s, "ingest", *map(str, files)).returncode == 0
+    assert {e.path: (e.records, e.events) for e in Store(s).sources()} == before
+    assert run_cli(s, "store", "check").returncode == 0
+
+
+def test_version_0_store_repair_migrates(tmp_path: Path) -> None:
+    s, _ = _store_with(tmp_path, n=1)
+    _make_v0(s)
+    r = run_cli(s, "store", "check", "--repair")
+    assert r.returncode == 0 and "migrated the manifest" in r.stdout, r.stdout + r.stderr
+    assert json.loads((s / "manifest.json").read_text())["store_version"] == STORE_VERSION
+
+
+@pytest.mark.xfail(strict=True, reason="store.py Store.manifest() raises `store version None is not 1` on a "
+                   "version-0 store: call forensics.storecheck.upgrade(data) there (pure, safe under the lock; the "
+                   "next write persists it) or forensics.storecheck.migrate(path) outside the lock")
+def test_commands_read_a_version_0_store(tmp_path: Path) -> None:
+    s, files = _store_with(tmp_path, n=1)
+    _make_v0(s)
+    r = run_cli(s, "sources", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [x["path"] for x in json.loads(r.stdout)] == [str(files[0])]
+
+
+def test_store_of_a_newer_version_is_refused(tmp_path: Path) -> None:
+    s, _ = _store_with(tmp_path, n=1)
+    data = json.loads((s / "manifest.json").read_text())
+    data["store_version"] = STORE_VERSION + 1
+    (s / "manifest.json").write_text(json.dumps(data))
+    r = run_cli(s, "store", "check")
+    assert r.returncode == 2 and "newer forensics" in r.stderr
+    r = run_cli(s, "store", "check", "--repair")
+    assert r.returncode == 2 and json.loads((s / "manifest.json").read_text())["store_version"] == STORE_VERSION + 1
