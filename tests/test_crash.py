@@ -118,23 +118,37 @@ def _timed(cmd: list[str]) -> float:
 # SIGKILL at random points
 
 
+def _startup(store: Path) -> float:
+    """Seconds the CLI takes to import (a kill before that interrupts nothing)."""
+    return min(_timed(cli(store, "store", "--help")) for _ in range(2))
+
+
+def _store_state(s: Path) -> tuple:
+    store = Store(s)
+    tmp = sorted(p.name for p in (s / "tmp").iterdir()) if (s / "tmp").is_dir() else []
+    return (tuple((e.path, e.records, e.events) for e in store.sources()) if store.exists() else (), tuple(tmp))
+
+
 def test_ingest_killed_at_random_points(tmp_path: Path) -> None:
-    files = _inputs(tmp_path / "logs")
+    files = _inputs(tmp_path / "logs", n=5, lines=2500)
     ref = _reference(files, tmp_path / "ref")
     assert len(ref) == len(files) and all(ev > 0 for _, ev in ref.values())
     s = tmp_path / "s"
     args = ["ingest", "--quiet", *map(str, files)]
+    start = _startup(tmp_path / "calibrate")
     full = _timed(cli(tmp_path / "calibrate", *args))
     rng = random.Random(int(os.environ.get("FORENSICS_TEST_SEED", "20250525")))
-    kills = completed = runs = 0
+    kills = completed = runs = in_work = 0
     before: set[str] = set()
     while kills < KILLS and runs < KILLS * 4:
         runs += 1
-        killed, rc = _kill_after(cli(s, *args), rng.uniform(0.4, full))
+        state = _store_state(s)
+        killed, rc = _kill_after(cli(s, *args), rng.uniform(start, full * 1.05))
         now = _assert_consistent(s, ref, f"run {runs} ({'killed' if killed else 'completed'})")
         assert before <= now, f"run {runs}: sources disappeared: {before - now}"
         if killed:
             kills += 1
+            in_work += _store_state(s) != state
             before = now
             continue
         # a run that was not killed is a re-run after the kills before it: exact counts, every source
@@ -144,18 +158,20 @@ def test_ingest_killed_at_random_points(tmp_path: Path) -> None:
         shutil.rmtree(s)      # start over, so that the next kills land in real work again
         before = set()
     assert kills == KILLS, f"only {kills} kills in {runs} runs"
+    assert in_work >= KILLS // 4, f"only {in_work} of {kills} kills interrupted a write"
     # the last state: re-run to completion, exact counts; then repair removes only leftovers
     assert subprocess.run(cli(s, *args), capture_output=True).returncode == 0
     assert {e.path: (e.records, e.events) for e in Store(s).sources()} == ref
     fixed = repair(s, min_age=0)
     assert {p.kind for p in fixed.problems} <= {"leftover", "orphan"}
     assert check(s).ok
-    print(f"ingest: {kills} kills survived in {runs} runs ({completed} completed re-runs), {len(files)} files, "
-          f"full run {full:.1f} s")
+    print(f"ingest: {kills} SIGKILLs survived ({in_work} during writes) in {runs} runs, {completed + 1} completed "
+          f"re-runs with exact counts; {len(files)} files, {sum(r for r, _ in ref.values())} records, "
+          f"{sum(e for _, e in ref.values())} events; full run {full:.1f} s")
 
 
 def test_rescan_killed_at_random_points(tmp_path: Path) -> None:
-    files = _inputs(tmp_path / "logs", n=4, lines=8000)
+    files = _inputs(tmp_path / "logs", n=4, lines=12000)
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "crashtest.yaml").write_text(EXTRA_RULE)
@@ -163,30 +179,35 @@ def test_rescan_killed_at_random_points(tmp_path: Path) -> None:
     extra = _reference(files, tmp_path / "ref-extra", (str(rules),))
     assert all(extra[p][1] > plain[p][1] for p in plain)
     s = tmp_path / "s"
-    assert subprocess.run(cli(s, "ingest", "--quiet", *map(str, files)), capture_output=True).returncode == 0
+    shutil.copytree(tmp_path / "ref-plain", s)
     targets = {"extra": (["rescan", "--rules", str(rules)], extra), "plain": (["rescan"], plain)}
+    start = _startup(s)
     full = _timed(cli(s, *targets["extra"][0]))
     assert subprocess.run(cli(s, "rescan"), capture_output=True).returncode == 0
     rng = random.Random(int(os.environ.get("FORENSICS_TEST_SEED", "20250525")) + 1)
-    kills = runs = completed = 0
+    kills = runs = completed = in_work = 0
     target = "extra"
     while kills < KILLS and runs < KILLS * 4:
         runs += 1
         args, ref = targets[target]
-        killed, rc = _kill_after(cli(s, *args), rng.uniform(0.4, full))
+        state = _store_state(s)
+        killed, rc = _kill_after(cli(s, *args), rng.uniform(start, full * 1.05))
         _assert_consistent(s, [plain, extra], f"rescan run {runs}")
         if killed:
             kills += 1
+            in_work += _store_state(s) != state
             continue
         assert rc == 0
         assert {e.path: (e.records, e.events) for e in Store(s).sources()} == ref
         completed += 1
         target = "plain" if target == "extra" else "extra"
     assert kills == KILLS
+    assert in_work >= KILLS // 4, f"only {in_work} of {kills} kills interrupted a write"
     args, ref = targets[target]
     assert subprocess.run(cli(s, *args), capture_output=True).returncode == 0
     assert {e.path: (e.records, e.events) for e in Store(s).sources()} == ref
-    print(f"rescan: {kills} kills survived in {runs} runs ({completed} completed re-runs), full run {full:.1f} s")
+    print(f"rescan: {kills} SIGKILLs survived ({in_work} during writes) in {runs} runs, {completed + 1} completed "
+          f"re-runs with exact counts; full run {full:.1f} s")
 
 
 _CRASH_IN_UPDATE = """
