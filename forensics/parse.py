@@ -15,7 +15,7 @@ from .detect import Detection, detect
 from .formats import FORMATS, TEXT, LineFormat, StructuredFormat
 from .formats.base import Continuation, HookedFormat, PostContext
 from .schema import RECORD_SCHEMA, TimeSource, conform
-from .timeparse import stamp_exprs
+from .timeparse import stamp_columns
 
 LEVELS = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
 # columns a format frame carries between parsing and record assembly
@@ -41,17 +41,14 @@ def _group(df: pl.DataFrame, name: str, dtype: pl.DataType = pl.String) -> pl.Ex
 
 def _standardise(fmt: LineFormat, df: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     """A format's matched rows (named groups + line + text) -> the working columns."""
-    ts, ts_source, mono = stamp_exprs(fmt.stamp, set(df.columns), ctx.tz)
+    times = stamp_columns(fmt.stamp, df, ctx.tz)
     level = _group(df, "level")
     if "prio" in df.columns:
         prio_level = (pl.col("prio").cast(pl.Int64, strict=False) % 8).replace_strict(
             dict(enumerate(LEVELS)), default=None, return_dtype=pl.String)
         level = pl.coalesce(level, prio_level)
-    df = df.with_columns(
-        ts.alias("ts"),
-        ts_source.alias("ts_source"),
+    df = df.with_columns(times).with_columns(
         _group(df, "stamp").alias("ts_text"),
-        (mono if mono is not None else pl.lit(None, dtype=pl.Float64)).alias("mono"),
         pl.coalesce(_group(df, "ident"), pl.lit(fmt.defaults.get("ident"), dtype=pl.String)).alias("ident"),
         _group(df, "pid", pl.Int64).alias("pid"),
         _group(df, "unit").alias("unit"),
@@ -94,40 +91,61 @@ def parse_lines(lines: pl.DataFrame, formats: list[LineFormat], ctx: ParseContex
     return _assemble(df, ctx, final)
 
 
-def _assemble(df: pl.DataFrame, ctx: ParseContext, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
-    real = pl.col("format") != TEXT.name
-    policy = pl.when(real).then(pl.col("_policy")).forward_fill()
-    indented = pl.col("text").str.contains(r"^\s")
-    after_backslash = pl.col("text").shift(1).str.ends_with("\\").fill_null(False)
-    # under INDENTED, a plain (unindented) text line closes the record: later indented lines are not its own.
-    # (a plain line since the segment's first row: plain lines counted so far exceed the count at its start)
-    plain = (~real & ~indented & ~after_backslash).cast(pl.UInt32).cum_sum()
-    breaker = plain > pl.when(real).then(plain).forward_fill().fill_null(0)
-    cont = (~real & policy.is_not_null() & (
+def _continuation(df: pl.DataFrame) -> pl.Series:
+    """Which rows continue the record before them (`_cont`). Only lines no format claimed can: the work runs
+    over those rows alone, each with the line before it and the policy of the last claimed line before it."""
+    cont = pl.repeat(False, df.height, dtype=pl.Boolean, eager=True).alias("_cont")
+    text_rows = (df.get_column("format") == TEXT.name)
+    idx = text_rows.arg_true().cast(pl.Int64)
+    if idx.len() == 0:
+        return cont
+    real_pos = (~text_rows).arg_true().cast(pl.Int64)
+    seg = idx - pl.int_range(0, idx.len(), eager=True, dtype=pl.Int64)  # claimed lines before the row
+    text = df.get_column("text")
+    policies = df.get_column("_policy")
+    sub = pl.DataFrame({
+        "i": idx,
+        "seg": seg,
+        "t": text.gather(idx),
+        "prev": text.gather((idx - 1).clip(0)),
+        "policy": policies.gather(real_pos.gather((seg - 1).clip(0))) if real_pos.len()
+        else pl.repeat(None, idx.len(), dtype=policies.dtype, eager=True),
+    })
+    indented = pl.col("t").str.contains(r"^\s")
+    after_backslash = pl.when(pl.col("i") > 0).then(pl.col("prev").str.ends_with("\\")).otherwise(False)
+    policy = pl.when(pl.col("seg") > 0).then(pl.col("policy"))
+    sub = sub.with_columns(after_backslash.alias("bs"), indented.alias("ind"))
+    bs, ind = pl.col("bs"), pl.col("ind")
+    # under INDENTED, a plain (unindented) text line closes the record: later indented lines are not its own
+    breaker = (~ind & ~bs).cast(pl.Int8).cum_max().over("seg") > 0
+    flags = sub.select((policy.is_not_null() & (
         (policy == Continuation.ANY.value)
-        | ((policy == Continuation.INDENTED.value) & indented & ~breaker)
-        | after_backslash
-    ))
-    df = df.with_columns(cont.alias("_cont")).with_columns((~pl.col("_cont")).cum_sum().alias("_rid"))
+        | ((policy == Continuation.INDENTED.value) & ind & ~breaker)
+        | bs
+    )).alias("_cont")).get_column("_cont")
+    return cont.scatter(idx, flags)
+
+
+def _assemble(df: pl.DataFrame, ctx: ParseContext, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+    cont = _continuation(df)
     carry = df.clear().select("line", "text")
     if not final and df.height:
-        last = df["_rid"][-1]
-        tail = df.filter(pl.col("_rid") == last)
-        if tail.height < df.height or tail.height < MAX_CARRY:  # a record of MAX_CARRY lines is cut there
-            carry = tail.select("line", "text")
-            df = df.filter(pl.col("_rid") != last)
-    if df["_cont"].any():
-        # only rows of multi-line records go through the group-by; single-line records pass straight on
+        last = int((~cont).arg_true()[-1])  # where the last record starts
+        if last > 0 or df.height < MAX_CARRY:  # a record of MAX_CARRY lines is cut there
+            carry = df.slice(last).select("line", "text")
+            df, cont = df.slice(0, last), cont.slice(0, last)
+    if cont.any():
+        # a record is its first row; only rows of multi-line records go through the group-by
+        df = df.with_columns(cont, (~cont).cum_sum().alias("_rid"))
         multi = pl.col("_cont") | pl.col("_cont").shift(-1).fill_null(False)
         piece = pl.when(pl.col("_cont")).then(pl.col("text")).otherwise(pl.col("message"))
-        first_cols = [pl.col(c).first() for c in WORK if c not in ("line", "message", "text")]
-        df = df.with_columns(multi.alias("_multi"))
-        joined = (df.filter(pl.col("_multi")).with_columns(piece.alias("message"))
+        joined = (df.filter(multi).with_columns(piece.alias("message"))
                   .group_by("_rid", maintain_order=True)
-                  .agg(pl.col("line").first(), pl.col("line").last().alias("line_end"),
-                       pl.col("message").str.join("\n"), *first_cols))
-        single = df.filter(~pl.col("_multi")).with_columns(pl.col("line").alias("line_end"))
-        df = pl.concat([single.select(joined.columns), joined]).sort("line")
+                  .agg(pl.col("line").last().alias("line_end"), pl.col("message").str.join("\n")))
+        starts = df.filter(~pl.col("_cont")).with_columns(pl.col("line").alias("line_end"))
+        at = (joined.get_column("_rid") - 1).cast(pl.Int64)  # _rid counts records from 1
+        df = starts.with_columns(starts.get_column("line_end").scatter(at, joined.get_column("line_end")),
+                                 starts.get_column("message").scatter(at, joined.get_column("message")))
     else:
         df = df.with_columns(pl.col("line").alias("line_end"))
     out = df.with_columns(

@@ -13,10 +13,12 @@ import hashlib
 import io
 import lzma
 import os
+import queue
 import re
 import stat
 import struct
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,7 +182,47 @@ def head_bytes(src: Source, n: int = 256 << 10) -> bytes:
 
 
 def read_batches(src: Source, stats: ReadStats, block: int = BLOCK) -> Iterator[pl.DataFrame]:
-    """Yield frames of (`line` Int64 1-based, `text` String) in order, covering every line of the source."""
+    """Yield frames of (`line` Int64 1-based, `text` String) in order, covering every line of the source.
+
+    A reader thread reads, hashes and splits the next block while the caller works on this one (file reads,
+    hashing and the splitter release the GIL); at most one block waits."""
+    q: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(item: tuple) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for df in _read_batches(src, stats, block):
+                if not put(("frame", df)):
+                    return
+            put(("end", None))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            put(("error", e))
+
+    reader = threading.Thread(target=produce, name=f"read {src.display}", daemon=True)
+    reader.start()
+    try:
+        while True:
+            kind, item = q.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        reader.join()
+
+
+def _read_batches(src: Source, stats: ReadStats, block: int) -> Iterator[pl.DataFrame]:
     stats.sha = hashlib.sha256()
     lineno = 1
     rest = b""

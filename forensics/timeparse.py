@@ -43,8 +43,12 @@ def localise(naive: pl.Expr, tz: str) -> pl.Expr:
             .dt.convert_time_zone("UTC"))
 
 
-def stamp_exprs(stamp: Stamp, cols: set[str], tz: str) -> tuple[pl.Expr, pl.Expr, pl.Expr | None]:
-    """(ts, ts_source, mono) expressions over a frame holding the format's named groups."""
+def stamp_exprs(stamp: Stamp, cols: set[str], tz: str,
+                df: pl.DataFrame | None = None) -> tuple[pl.Expr, pl.Expr, pl.Expr | None]:
+    """(ts, ts_source, mono) expressions over a frame holding the format's named groups.
+
+    Given the frame itself (`df`), steps that cannot change the result on its rows are left out (the ISO
+    date separators are already `-` and `T`; no row has an offset, or every row has one)."""
     src = lambda s: pl.lit(s.value)  # noqa: E731
     assumed = TimeSource.ZONE_ASSUMED
     if stamp is Stamp.SYSLOG_NOYEAR:
@@ -60,9 +64,20 @@ def stamp_exprs(stamp: Stamp, cols: set[str], tz: str) -> tuple[pl.Expr, pl.Expr
     if stamp is Stamp.ISO:
         s = pl.col("stamp").str.replace(r"[zZ]$", "+00:00").str.replace(",", ".", literal=True)
         has_off = s.str.contains(r"[+-]\d{2}:?\d{2}$")
+        # the replacement only changes `/` and ` ` separators: without them in the first 11 characters it is a no-op
         norm = s.str.replace(r"^(\d{4})[-/](\d{2})[-/](\d{2})[T ]", "${1}-${2}-${3}T")
+        offsets = None  # unknown: some rows may have an offset and some not
+        if df is not None:
+            if not df.select(pl.col("stamp").str.head(11).str.contains("[/ ]").any()).item():
+                norm = s
+            offsets = df.select(has_off.fill_null(False).sum()).item()
+            offsets = "all" if offsets == df.height else "none" if offsets == 0 else None
         with_off = norm.str.strptime(TS, "%Y-%m-%dT%H:%M:%S%.f%z", strict=False)
         naive = norm.str.strptime(pl.Datetime("us"), "%Y-%m-%dT%H:%M:%S%.f", strict=False)
+        if offsets == "all":
+            return with_off, src(TimeSource.EXACT), None
+        if offsets == "none":
+            return localise(naive, tz), src(assumed), None
         ts = pl.when(has_off).then(with_off).otherwise(localise(naive, tz))
         return ts, pl.when(has_off).then(src(TimeSource.EXACT)).otherwise(src(assumed)), None
     if stamp is Stamp.FULL:
@@ -88,3 +103,35 @@ def stamp_exprs(stamp: Stamp, cols: set[str], tz: str) -> tuple[pl.Expr, pl.Expr
         mono = pl.col("mono").str.strip_chars().cast(pl.Float64, strict=False)
         return pl.lit(None, dtype=TS), src(TimeSource.MONOTONIC_ONLY), mono
     return pl.lit(None, dtype=TS), src(TimeSource.NONE), None
+
+
+# an ISO stamp with microseconds and a plain seconds field (a leap second `60` takes the general way)
+ISO_US = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-5][0-9][.,][0-9]{6}(?:[zZ]|[+-][0-9]{2}:?[0-9]{2})?$"
+
+
+def stamp_columns(stamp: Stamp, df: pl.DataFrame, tz: str) -> pl.DataFrame:
+    """`ts`, `ts_source` and `mono` for the rows of `df` (the format's named groups), as `stamp_exprs` gives them.
+
+    Logs repeat a stamp on consecutive lines (one-second stamps): the expressions run once per run of rows with
+    equal stamp groups, and the result is repeated over the run."""
+    if stamp is Stamp.ISO and df.height >= 1024 and df.select(pl.col("stamp").str.contains(ISO_US).all()).item():
+        # `...T20:17:19.123456+00:00` is `...T20:17:19+00:00` plus 123456 µs: parse the stamps without the
+        # fraction (they repeat) and add it
+        whole = df.select((pl.col("stamp").str.slice(0, 19) + pl.col("stamp").str.slice(26)).alias("stamp"))
+        return stamp_columns(stamp, whole, tz).with_columns(pl.col("ts") + pl.duration(
+            microseconds=df.get_column("stamp").str.slice(20, 6).cast(pl.Int64)))
+
+    def columns(frame: pl.DataFrame) -> pl.DataFrame:
+        ts, ts_source, mono = stamp_exprs(stamp, set(frame.columns), tz, frame)
+        return frame.with_columns(ts.alias("ts"), ts_source.alias("ts_source"),
+                                  (mono if mono is not None else pl.lit(None, dtype=pl.Float64)).alias("mono")
+                                  ).select("ts", "ts_source", "mono")
+
+    used = sorted({c for e in stamp_exprs(stamp, set(df.columns), tz) if e is not None for c in e.meta.root_names()})
+    if not used or df.height < 1024:
+        return columns(df)
+    changed = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in used]).fill_null(True)
+    runs = df.select(changed.alias("_new")).get_column("_new")
+    if int(runs.sum()) > df.height // 4:  # too few repeats to pay for the gather
+        return columns(df)
+    return columns(df.filter(runs)).gather(runs.cum_sum() - 1)

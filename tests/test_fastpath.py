@@ -214,3 +214,138 @@ def test_read_batches_cover_every_line(tmp_path: Path) -> None:
     assert got["text"].to_list() == text and got["line"].to_list() == list(range(1, len(text) + 1))
     assert (stats.lines, stats.invalid_utf8, stats.nul_bytes, stats.crlf) == counts
     assert stats.bytes == len(body)
+
+
+# --- record assembly ----------------------------------------------------------------------------------------
+
+def _assemble_reference(df: pl.DataFrame, ctx, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The first, plain-expression version of `parse._assemble` (over every row), kept as the reference."""
+    from forensics.formats.base import Continuation
+    from forensics.parse import MAX_CARRY, WORK
+    from forensics.schema import RECORD_SCHEMA, conform
+
+    real = pl.col("format") != "text"
+    seg = real.cum_sum()
+    policy = pl.when(real).then(pl.col("_policy")).forward_fill()
+    indented = pl.col("text").str.contains(r"^\s")
+    after_backslash = pl.col("text").shift(1).str.ends_with("\\").fill_null(False)
+    breaker = (~real & ~indented & ~after_backslash).cast(pl.Int8).cum_max().over(seg) > 0
+    cont = (~real & policy.is_not_null() & (
+        (policy == Continuation.ANY.value)
+        | ((policy == Continuation.INDENTED.value) & indented & ~breaker)
+        | after_backslash
+    ))
+    df = df.with_columns(cont.alias("_cont")).with_columns((~pl.col("_cont")).cum_sum().alias("_rid"))
+    carry = df.clear().select("line", "text")
+    if not final and df.height:
+        last = df["_rid"][-1]
+        tail = df.filter(pl.col("_rid") == last)
+        if tail.height < df.height or tail.height < MAX_CARRY:
+            carry = tail.select("line", "text")
+            df = df.filter(pl.col("_rid") != last)
+    if df["_cont"].any():
+        multi = pl.col("_cont") | pl.col("_cont").shift(-1).fill_null(False)
+        piece = pl.when(pl.col("_cont")).then(pl.col("text")).otherwise(pl.col("message"))
+        first_cols = [pl.col(c).first() for c in WORK if c not in ("line", "message", "text")]
+        df = df.with_columns(multi.alias("_multi"))
+        joined = (df.filter(pl.col("_multi")).with_columns(piece.alias("message"))
+                  .group_by("_rid", maintain_order=True)
+                  .agg(pl.col("line").first(), pl.col("line").last().alias("line_end"),
+                       pl.col("message").str.join("\n"), *first_cols))
+        single = df.filter(~pl.col("_multi")).with_columns(pl.col("line").alias("line_end"))
+        df = pl.concat([single.select(joined.columns), joined]).sort("line")
+    else:
+        df = df.with_columns(pl.col("line").alias("line_end"))
+    out = df.with_columns(pl.lit(None, dtype=pl.String).alias("ts_anchor"), pl.lit(None, dtype=pl.String).alias("boot_id"),
+                          pl.lit(ctx.source_id).alias("source_id"), pl.lit(ctx.path).alias("path"))
+    return conform(out, RECORD_SCHEMA), carry
+
+
+POLICY = {"text": "none", "ind": "indented", "any": "any", "one": "none"}
+TEXTS = ["", " ", "x", " x", "\tx", "\u3000x", "x\\", " x\\", "\\", "plain", "Traceback (most recent call last):"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from(sorted(POLICY)), st.sampled_from(TEXTS), st.integers(0, 3)),
+                     min_size=1, max_size=40),
+       final=st.booleans())
+def test_assembly_equals_the_reference(rows: list[tuple[str, str, int]], final: bool) -> None:
+    from forensics.parse import ParseContext, _assemble
+
+    n = len(rows)
+    df = pl.DataFrame({
+        "line": list(range(1, n + 1)), "text": [t for _, t, _ in rows],
+        "ts": pl.Series([None] * n, dtype=pl.Datetime("us", "UTC")), "ts_source": ["none"] * n,
+        "ts_text": [None] * n, "mono": [float(k) for *_, k in rows], "host": [f"h{k}" for *_, k in rows],
+        "ident": [None] * n, "pid": [k for *_, k in rows], "unit": [None] * n, "rank": [None] * n,
+        "level": [None] * n, "message": [f"m{i}" if f != "text" else t for i, (f, t, _) in enumerate(rows)],
+        "format": [f for f, _, _ in rows], "_policy": [POLICY[f] for f, _, _ in rows],
+    }, schema_overrides={"ts_text": pl.String, "ident": pl.String, "unit": pl.String, "rank": pl.String,
+                         "level": pl.String})
+    ctx = ParseContext(path="p", source_id="s")
+    got, got_carry = _assemble(df, ctx, final)
+    ref, ref_carry = _assemble_reference(df, ctx, final)
+    assert_frame_equal(got, ref)
+    assert_frame_equal(got_carry, ref_carry)
+
+
+# --- stamps -------------------------------------------------------------------------------------------------
+
+ISO_STAMPS = ["2025-05-25T20:17:19.123456+00:00", "2025-05-25T20:17:19.123456+0200", "2025-05-25T20:17:19,123456-05:00",
+              "2025-05-25T20:17:19.123456Z", "2025-05-25T20:17:19.123456z", "2025-05-25T20:17:19.123456",
+              "2025-03-30T02:30:00.000001", "2025-10-26T02:30:00.5", "2025-10-26T02:30:00.500000",
+              "2024-02-29T23:59:59.999999+00:00", "2025-02-29T10:00:00.000000+00:00", "2016-12-31T23:59:60.500000Z",
+              "2025-13-01T00:00:00.000000Z", "2025-05-25T24:00:00.000000Z", "2025-05-25T20:17:19.123456+24:00",
+              "2025-05-25T20:17:19.123456+23:59", "2025-05-25T20:17:19+00:00", "2025-05-25 20:17:19,123",
+              "2025/05/25 20:17:19", "2025-05-25T20:17:19.1234567+00:00", "2025-05-25T20:17:19.123456,5",
+              "٢٠٢٥-05-25T20:17:19.123456Z", "2025-05-25T20:17:19.123456+00:00 "]
+SECONDS = ["May 25 20:17:19", "May  5 20:17:19", "Feb 29 00:00:00", "Feb 30 00:00:00", "May 25 20:17:19.5"]
+
+
+def _stamp_frame(stamps: list[str], fmt_name: str) -> pl.DataFrame:
+    fmt = FORMATS[fmt_name]
+    lines = pl.Series([f"{s} h x[1]: m" if "journal" in fmt_name else f"{s} m" for s in stamps], dtype=pl.String)
+    return _slow(fmt, lines).drop_nulls("msg")
+
+
+@pytest.mark.parametrize("tz", ["UTC", "Europe/Paris", "America/New_York"])
+@pytest.mark.parametrize("fmt_name", ["journal-short-iso-precise", "syslog-rfc3339", "dmesg-iso", "generic",
+                                      "journal-short", "journal-short-precise", "sglang", "dmesg"])
+@settings(max_examples=40, deadline=None)
+@given(picks=st.lists(st.tuples(st.integers(0, 99), st.integers(1, 300)), min_size=1, max_size=12))
+def test_stamp_columns_equal_the_expressions(fmt_name: str, tz: str, picks: list[tuple[int, int]]) -> None:
+    """Runs of repeated stamps and the ISO fraction split give what the expressions give row by row."""
+    from forensics.formats.base import Stamp
+    from forensics.timeparse import stamp_columns, stamp_exprs
+
+    pool = ISO_STAMPS + SECONDS + [f"[2025-05-25 20:17:{i:02d}]" for i in range(3)] + ["[ 12.5]", "[2.000001]"]
+    stamps = [pool[i % len(pool)] for i, k in picks for _ in range(k)]
+    df = _stamp_frame(stamps, fmt_name)
+    fmt = FORMATS[fmt_name]
+    ts, src, mono = stamp_exprs(fmt.stamp, set(df.columns), tz)
+    want = df.with_columns(ts.alias("ts"), src.alias("ts_source"),
+                           (mono if mono is not None else pl.lit(None, dtype=pl.Float64)).alias("mono"))
+    got = stamp_columns(fmt.stamp, df, tz)
+    assert_frame_equal(got, want.select("ts", "ts_source", "mono"))
+    if fmt.stamp is Stamp.ISO and df.height:  # and the frame-aware expressions alone
+        ts, src, _ = stamp_exprs(fmt.stamp, set(df.columns), tz, df)
+        assert_frame_equal(df.select(ts.alias("ts"), src.alias("ts_source")), want.select("ts", "ts_source"))
+
+
+@pytest.mark.parametrize("tz", ["UTC", "Europe/Paris", "America/New_York"])
+@settings(max_examples=30, deadline=None)
+@given(picks=st.lists(st.tuples(st.integers(0, 99), st.integers(1, 400)), min_size=1, max_size=12))
+def test_iso_fraction_split_equals_the_expressions(tz: str, picks: list[tuple[int, int]]) -> None:
+    import re
+
+    from forensics.timeparse import ISO_US, stamp_columns, stamp_exprs
+
+    canonical = [s for s in ISO_STAMPS if re.match(ISO_US, s)]
+    assert len(canonical) >= 8
+    stamps = [canonical[i % len(canonical)] for i, k in picks for _ in range(k)]
+    stamps += [s.replace(".", ",") for s in canonical] * 100  # over 1024 rows: the split runs
+    df = pl.DataFrame({"stamp": stamps})
+    fmt = FORMATS["syslog-rfc3339"]
+    ts, src, _ = stamp_exprs(fmt.stamp, {"stamp"}, tz)
+    assert_frame_equal(stamp_columns(fmt.stamp, df, tz).select("ts", "ts_source"),
+                       df.select(ts.alias("ts"), src.alias("ts_source")))
