@@ -7,6 +7,8 @@ after one ending in a backslash). Lines nobody claims become untimed `text` reco
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import polars as pl
@@ -72,6 +74,29 @@ def parse_lines(lines: pl.DataFrame, formats: list[LineFormat], ctx: ParseContex
     record that may continue in the next batch (empty when `final`)."""
     if lines.height == 0:
         return conform(pl.DataFrame(), RECORD_SCHEMA), lines.select("line", "text")
+    pool = _pool() if lines.height >= PARALLEL_ROWS else None
+    if pool is None:
+        df = _claim(lines, formats, ctx)
+    else:  # each line is claimed on its own: the halves of a batch go to two threads (polars frees the GIL)
+        half = lines.height // 2
+        df = pl.concat(list(pool.map(lambda part: _claim(part, formats, ctx),
+                                     (lines.slice(0, half), lines.slice(half)))), how="vertical_relaxed")
+    return _assemble(df, ctx, final)
+
+
+PARALLEL_ROWS = 1 << 16  # batches from this many lines on are split over two threads
+_POOL: list[ThreadPoolExecutor | None] = []
+
+
+def _pool() -> ThreadPoolExecutor | None:
+    if not _POOL:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        _POOL.append(ThreadPoolExecutor(2, thread_name_prefix="parse") if cpus > 1 else None)
+    return _POOL[0]
+
+
+def _claim(lines: pl.DataFrame, formats: list[LineFormat], ctx: ParseContext) -> pl.DataFrame:
+    """Each line to the first format whose pattern matches it (`text` when none does), standardised, in order."""
     parts: list[pl.DataFrame] = []
     rest = lines
     for fmt in formats:
@@ -79,16 +104,19 @@ def parse_lines(lines: pl.DataFrame, formats: list[LineFormat], ctx: ParseContex
             break
         if fmt is TEXT:
             continue
-        groups = fmt.extract(rest["text"])
-        hit = groups["msg"].is_not_null()
-        if hit.any():
+        groups = fmt.extract(rest.get_column("text"))
+        hit = groups.get_column("msg").is_not_null()
+        hits = int(hit.sum())
+        if hits == rest.height:
+            parts.append(_standardise(fmt, pl.concat([rest, groups], how="horizontal"), ctx))
+            rest = rest.clear()
+        elif hits:
             matched = pl.concat([rest.filter(hit), groups.filter(hit)], how="horizontal")
             parts.append(_standardise(fmt, matched, ctx))
-        rest = rest.filter(~hit)
+            rest = rest.filter(~hit)
     if rest.height:
         parts.append(_standardise(TEXT, rest.with_columns(pl.col("text").alias("msg")), ctx))
-    df = pl.concat(parts, how="vertical_relaxed").sort("line") if len(parts) > 1 else parts[0]
-    return _assemble(df, ctx, final)
+    return pl.concat(parts, how="vertical_relaxed").sort("line") if len(parts) > 1 else parts[0]
 
 
 def _continuation(df: pl.DataFrame) -> pl.Series:

@@ -64,7 +64,7 @@ class IngestReport:
 
 Progress = Callable[[int], None]
 WORKERS = min(2, os.cpu_count() or 1)  # sources ingested at once
-BATCH_BYTES = 8 << 20  # bytes of input per batch: bounds memory (records, matching, parts) whatever the size
+BATCH_BYTES = 4 << 20  # bytes of input per batch: bounds memory (records, matching, parts) whatever the size
 
 
 def ingest(store: Store, inputs: list[str], opts: IngestOptions,

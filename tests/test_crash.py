@@ -239,14 +239,16 @@ def _rescan_chain(s: Path, files: list[Path], targets: dict, plain: dict, extra:
     while kills < kills_wanted and runs < kills_wanted * 3:
         runs += 1
         args, ref = targets[target]
-        other = plain if target == "extra" else extra
         state = _store_state(s)
         k = rng.randrange(len(files))
         old_tmp = set(state[1])
 
-        def reached() -> bool:
-            done = sum(1 for path, r, e in _listed(s) if (r, e) == ref[path] != other[path])
-            return done >= k and (k or _working(s, old_tmp))
+        seen: set[str] = set()
+
+        def reached() -> bool:   # this run has started writing its (k+1)-th source (one staging dir each)
+            if (s / "tmp").is_dir():
+                seen.update(p.name for p in (s / "tmp").iterdir() if p.name not in old_tmp)
+            return len(seen) > k
 
         killed, rc = _kill_at(cli(s, *args), reached, rng.uniform(0, per_source))
         _assert_consistent(s, [plain, extra], f"rescan run {runs}", races)
