@@ -150,6 +150,12 @@ def timeline(ctx: click.Context, since: str | None, until: str | None, host: str
     """The merged chronological view of every source, with path:line on every row."""
     from .query import timeline_frame
 
+    if pattern is not None:
+        try:
+            pl.Series([""]).str.contains(pattern)
+        except Exception as e:  # polars' regex engine: no look-around, no back-references
+            raise click.BadParameter(f"{pattern!r} is not a regular expression polars can run ({e}); "
+                                     f"look-around and back-references are not supported", param_hint="--grep")
     df = timeline_frame(get_store(ctx), parse_when(since, tz), parse_when(until, tz), host, unit, pattern)
     _write(df, "json" if as_json else out_format, "records")
 

@@ -33,7 +33,8 @@ def register(group: click.Group) -> None:
         and find orphan files and leftovers in tmp/."""
         from .store import StoreError
         from .storecheck import check as run_check
-        from .storecheck import remaining, repair as run_repair
+        from .storecheck import remaining
+        from .storecheck import repair as run_repair
 
         path = ctx.obj["store"]
         try:

@@ -37,6 +37,8 @@ import yaml
 from .correlate import EventView, Location, evidence_of, fill, template_names
 from .model import Flag, ServerConfig
 
+# libyaml's safe loader when PyYAML has it (same nodes and marks, several times faster)
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 ROOT = Path(__file__).resolve().parent.parent
 KNOWLEDGE_DIR = ROOT / "rules" / "knowledge"
 
@@ -142,7 +144,19 @@ class _Reader:
     def __init__(self, path: str, text: str):
         self.path = path
         self.errors: list[tuple[str, int, str]] = []
-        self.loader = yaml.SafeLoader(text)
+        self.text = text
+        self.loader: Any = _FAST_LOADER(text)
+
+    def compose(self) -> yaml.Node | None:
+        """The document's node tree (libyaml when PyYAML has it; the Python parser names a syntax error the same
+        way as always)."""
+        try:
+            return self.loader.get_single_node()
+        except yaml.YAMLError:
+            if _FAST_LOADER is yaml.SafeLoader:
+                raise
+            self.loader = yaml.SafeLoader(self.text)
+            return self.loader.get_single_node()
 
     def add(self, node: yaml.Node | int, msg: str) -> None:
         self.errors.append((self.path, node if isinstance(node, int) else node.start_mark.line + 1, msg))
@@ -203,7 +217,7 @@ class _Reader:
 
     def read(self) -> Knowledge:
         try:
-            root = self.loader.get_single_node()
+            root = self.compose()
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             self.add((mark.line + 1) if mark else 1, f"not valid YAML: {getattr(e, 'problem', e)}")

@@ -56,6 +56,8 @@ import yaml
 
 from .model import Confidence, Conclusion, Evidence
 
+# libyaml's safe loader when PyYAML has it (same nodes and marks, several times faster)
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 ROOT = Path(__file__).resolve().parent.parent
 BUILTIN_DIR = ROOT / "rules" / "correlations"
 FIXTURE_DIR = ROOT / "tests" / "fixtures" / "timelines"
@@ -304,7 +306,19 @@ class _Reader:
         self.path = path
         self.errors: list[tuple[str, int, str]] = []
         self.kinds = set(kinds)
-        self.loader = yaml.SafeLoader(text)
+        self.text = text
+        self.loader: Any = _FAST_LOADER(text)
+
+    def compose(self) -> yaml.Node | None:
+        """The document's node tree (libyaml when PyYAML has it; the Python parser names a syntax error the same
+        way as always)."""
+        try:
+            return self.loader.get_single_node()
+        except yaml.YAMLError:
+            if _FAST_LOADER is yaml.SafeLoader:
+                raise
+            self.loader = yaml.SafeLoader(self.text)
+            return self.loader.get_single_node()
 
     def add(self, node: yaml.Node | int, msg: str) -> None:
         line = node if isinstance(node, int) else node.start_mark.line + 1
@@ -645,7 +659,7 @@ class _Reader:
 
     def pack(self, fixture_dir: Path) -> list[Correlation]:
         try:
-            root = self.loader.get_single_node()
+            root = self.compose()
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
             self.add((mark.line + 1) if mark else 1, f"not valid YAML: {getattr(e, 'problem', e)}")
@@ -836,37 +850,49 @@ def sort_events(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def views(events: pl.DataFrame, enrich: Any = None,
-          host_gpus: Mapping[str, tuple[str | None, str]] | None = None) -> list[EventView]:
+          host_gpus: Mapping[str, tuple[str | None, str]] | None = None, *, seq: str | None = None) -> list[EventView]:
     """EventViews of a frame (sorted first). `enrich(kind, fields, message) -> fields` may add derived fields;
     `host_gpus` (host -> (sm, GPU name) as the logs show them) names the GPU of an architecture error
-    (`gpus_desc`) instead of the architecture's whole family."""
+    (`gpus_desc`) instead of the architecture's whole family. `seq` names a column holding each row's position
+    in the deterministic order of a larger frame (a selection of a store's events): rows are taken in that
+    order and keep those positions."""
+    if seq is not None:
+        df = events.sort(seq)
+        seqs = df[seq].to_list()
+    else:
+        df = sort_events(events)
+        seqs = list(range(df.height))
+    names = ("ts", "ts_source", "kind", "rule", "severity", "role", "host", "unit", "pid", "title", "fields",
+             "message", "source_id", "path", "line", "line_end", "format")
+    cols = [df[n].to_list() if n in df.columns else [None] * df.height for n in names]
     out: list[EventView] = []
-    for i, r in enumerate(sort_events(events).iter_rows(named=True)):
+    utc = timezone.utc
+    for i, ts, ts_source, kind, rule, severity, role, host, unit, pid, title, raw, message, source_id, path, line, \
+            line_end, fmt in zip(seqs, *cols):
         try:
-            fields = json.loads(r["fields"]) if r.get("fields") else {}
+            fields = json.loads(raw) if raw else {}
             if not isinstance(fields, dict):
                 fields = {}
         except (TypeError, ValueError):
             fields = {}
-        kind = r.get("kind") or ""
+        kind = kind or ""
         if enrich is not None:
-            fields = enrich(kind, fields, r.get("message") or "")
-        if host_gpus and fields.get("sm") and r.get("host") in host_gpus:
-            sm, name = host_gpus[r["host"]]
+            fields = enrich(kind, fields, message or "")
+        if host_gpus and fields.get("sm") and host in host_gpus:
+            sm, name = host_gpus[host]
             if sm in (None, fields["sm"]):
                 fields = {**fields, "gpus_desc": name}
-        ts = r.get("ts")
         if ts is not None and ts.tzinfo is None:
-            ts = ts.replace(tzinfo=timezone.utc)
-        ents = entities_of(kind, r.get("host"), r.get("unit"), r.get("pid"), fields)
+            ts = ts.replace(tzinfo=utc)
+        ents = entities_of(kind, host, unit, pid, fields)
         out.append(EventView(
-            seq=i, id=event_id(r.get("source_id"), r.get("line"), r.get("rule")), ts=ts,
-            t=ts.timestamp() if ts is not None else None, ts_source=r.get("ts_source") or "none", kind=kind,
-            rule=r.get("rule") or "", severity=r.get("severity") or "info", role=r.get("role") or "context",
-            host=r.get("host"), unit=ents.get("unit"), pid=r.get("pid"), title=r.get("title") or "",
-            fields=fields, message=r.get("message") or "", source_id=r.get("source_id") or "",
-            path=r.get("path") or "", line=int(r.get("line") or 0), line_end=int(r.get("line_end") or r.get("line") or 0),
-            format=r.get("format") or "", entities=ents))
+            seq=i, id=event_id(source_id, line, rule), ts=ts,
+            t=ts.timestamp() if ts is not None else None, ts_source=ts_source or "none", kind=kind,
+            rule=rule or "", severity=severity or "info", role=role or "context",
+            host=host, unit=ents.get("unit"), pid=pid, title=title or "",
+            fields=fields, message=message or "", source_id=source_id or "",
+            path=path or "", line=int(line or 0), line_end=int(line_end or line or 0),
+            format=fmt or "", entities=ents))
     return out
 
 
@@ -913,7 +939,44 @@ class Coverage:
     """The sources' spans per host; answers "what was ingested around this moment, and what was not"."""
 
     def __init__(self, spans: Sequence[SourceSpan]):
-        self.spans = tuple(sorted(spans, key=lambda s: (s.path, s.host or "", s.log, s.unit or "")))
+        self._spans: tuple[SourceSpan, ...] | None = tuple(sorted(spans, key=lambda s: (s.path, s.host or "", s.log,
+                                                                                        s.unit or "")))
+        self._frame: pl.DataFrame | None = None
+        self._hosts: dict[str | None, _HostSpans] = {}
+        self._memo: dict[tuple, CoverageReport] = {}
+        self._windows: dict[tuple, dict[str, dict[str, _WindowUnits]]] = {}
+
+    @classmethod
+    def from_frame(cls, df: pl.DataFrame) -> Coverage:
+        """Coverage of spans given as a frame (path, format, host, log, unit, first, last, records, untimed):
+        a store has one span per unit a journal names, often a hundred thousand; a host's are only read (into
+        the indexes its reports use) when a report about it is asked for."""
+        cov = cls(())
+        cov._spans = None
+        cov._frame = (df.with_columns(pl.col("host").fill_null("").alias("_h"), pl.col("unit").fill_null("").alias("_u"))
+                      .sort(["path", "_h", "log", "_u"], maintain_order=True).drop("_h", "_u"))
+        return cov
+
+    @property
+    def spans(self) -> tuple[SourceSpan, ...]:
+        if self._spans is None:
+            assert self._frame is not None
+            cols = [self._frame[c].to_list() for c in ("path", "format", "host", "log", "unit", "first", "last",
+                                                       "records", "untimed")]
+            self._spans = tuple(SourceSpan(path=p, format=f or "", host=h, log=lg, unit=u, first=a, last=z, records=n,
+                                           untimed=un) for p, f, h, lg, u, a, z, n, un in zip(*cols))
+        return self._spans
+
+    def _host(self, host: str | None) -> _HostSpans:
+        hs = self._hosts.get(host)
+        if hs is None:
+            if self._frame is not None:
+                mine = pl.col("host").is_null() if host is None else (pl.col("host") == host) | pl.col("host").is_null()
+                hs = _HostSpans.of_frame(self._frame.filter(mine))
+            else:
+                hs = _HostSpans.of([s for s in self.spans if s.host == host or s.host is None])
+            self._hosts[host] = hs
+        return hs
 
     @classmethod
     def from_views(cls, evs: Sequence[EventView]) -> Coverage:
@@ -934,15 +997,26 @@ class Coverage:
 
     def report(self, host: str | None, unit: str | None, at: datetime, since: datetime,
                until: datetime) -> CoverageReport:
-        spans = [s for s in self.spans if s.host == host or s.host is None]
-        ingested: dict[str, dict[str, list[str]]] = {}
+        key = (host, unit, at, since, until)
+        rep = self._memo.get(key)
+        if rep is None:
+            rep = self._memo[key] = self._report(host, unit, at, since, until)
+        return rep
+
+    def _ingested(self, host: str | None, since: datetime, until: datetime) -> dict[str, dict[str, _WindowUnits]]:
+        """path -> log -> the units of the spans overlapping [since, until] (for the logs with such a span)."""
+        key = (host, since, until)
+        ingested = self._windows.get(key)
+        if ingested is None:
+            ingested = self._windows[key] = self._host(host).window(since, until)
+        return ingested
+
+    def _report(self, host: str | None, unit: str | None, at: datetime, since: datetime,
+                until: datetime) -> CoverageReport:
+        hs = self._host(host)
+        ingested = self._ingested(host, since, until)
         notes: list[str] = []
-        for s in spans:
-            if s.first is not None and s.last is not None and s.first <= until and s.last >= since:
-                units = ingested.setdefault(s.path, {}).setdefault(s.log, [])
-                if s.unit and s.log != "kernel" and s.unit not in units:
-                    units.append(s.unit)
-        kernel_spans = [s for s in spans if s.log == "kernel"]
+        kernel_spans = hs.kernel
         kernel = any(s.first is not None and s.last is not None and s.first <= at
                      and s.last >= at - timedelta(seconds=5) for s in kernel_spans)
         for s in kernel_spans:
@@ -954,12 +1028,10 @@ class Coverage:
             elif not kernel and s.first is not None and s.first > at:
                 notes.append(f"{s.path}: the kernel log starts at {_hms(s.first)}, after {_hms(at)}.")
         unit_output = False
-        for s in spans:
-            if s.log != "service" or s.first is None or s.last is None:
-                continue
+        for s in hs.service:
             if unit is not None and s.unit not in (unit, None):
                 continue
-            reaches = max((o.last for o in spans if o.path == s.path and o.last is not None), default=s.last)
+            reaches = hs.reach[s.path]
             if s.first <= at and reaches >= at - timedelta(seconds=60):
                 unit_output = True
         missing = []
@@ -975,7 +1047,142 @@ class Coverage:
                               notes=tuple(dict.fromkeys(notes)))
 
 
-def _log_words(log: str, units: Sequence[str], unit: str | None) -> str:
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_US = timedelta(microseconds=1)
+
+
+def _us(t: datetime) -> int:
+    return (t - _EPOCH) // _US
+
+
+class _SpanGroup:
+    """The timed spans of one path and class of log, for counting those that overlap a window (times in
+    microseconds): n - (ended before it) - (started after it), by bisection; the distinct units likewise (a
+    unit's spans as one interval when they touch; a unit whose spans leave gaps is checked span by span).
+    `order`: (unit, first, last) of the spans in coverage order, for naming the units."""
+
+    def __init__(self, firsts: list[int], lasts: list[int], units: dict[str, list[tuple[int, int]]],
+                 order: list[tuple[str | None, int, int]]):
+        self.firsts = sorted(firsts)
+        self.lasts = sorted(lasts)
+        self.by_unit = units
+        self.order = order
+        single: list[tuple[int, int]] = []
+        self.multi: list[list[tuple[int, int]]] = []
+        for v in units.values():
+            if len(v) == 1:
+                single.append(v[0])
+                continue
+            iv = sorted(v)
+            lo, hi = iv[0]
+            for a, z in iv[1:]:
+                if a > hi:
+                    self.multi.append(v)
+                    break
+                hi = max(hi, z)
+            else:
+                single.append((lo, hi))
+        self.u_firsts = sorted(a for a, _ in single)
+        self.u_lasts = sorted(z for _, z in single)
+
+    @staticmethod
+    def _count(firsts: list[int], lasts: list[int], since: int, until: int) -> int:
+        return len(firsts) - bisect_left(lasts, since) - (len(firsts) - bisect_right(firsts, until))
+
+    def window(self, since: int, until: int) -> _WindowUnits | None:
+        if not self._count(self.firsts, self.lasts, since, until):
+            return None
+        n = self._count(self.u_firsts, self.u_lasts, since, until)
+        n += sum(1 for v in self.multi if any(a <= until and z >= since for a, z in v))
+        return _WindowUnits(self, since, until, n)
+
+
+class _WindowUnits:
+    """The distinct units of the spans of a _SpanGroup overlapping a window: their number, membership, and
+    (iterating) the units themselves in span order."""
+
+    def __init__(self, group: _SpanGroup, since: int, until: int, n: int):
+        self.group, self.since, self.until, self.n = group, since, until, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __contains__(self, unit: object) -> bool:
+        return any(a <= self.until and z >= self.since for a, z in self.group.by_unit.get(unit, ()))  # type: ignore[call-overload]
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(dict.fromkeys(u for u, a, z in self.group.order if u and u in self.group.by_unit
+                                  and a <= self.until and z >= self.since))
+
+
+class _HostSpans:
+    """The spans one host's reports read (its own and those without a host): the kernel and service spans
+    themselves, the last time each path reaches, and the spans of each path and log as a _SpanGroup."""
+
+    def __init__(self, kernel: list[SourceSpan], service: list[SourceSpan], reach: dict[str, datetime],
+                 groups: dict[tuple[str, str], _SpanGroup]):
+        self.kernel, self.service, self.reach, self.groups = kernel, service, reach, groups
+
+    @classmethod
+    def of(cls, spans: Sequence[SourceSpan]) -> _HostSpans:
+        reach: dict[str, datetime] = {}
+        for s in spans:
+            if s.last is not None and (s.path not in reach or s.last > reach[s.path]):
+                reach[s.path] = s.last
+        acc: dict[tuple[str, str], tuple[list[int], list[int], dict[str, list[tuple[int, int]]], list]] = {}
+        for s in spans:
+            g = acc.setdefault((s.path, s.log), ([], [], {}, []))
+            if s.first is None or s.last is None:
+                continue
+            a, z = _us(s.first), _us(s.last)
+            g[0].append(a)
+            g[1].append(z)
+            g[3].append((s.unit, a, z))
+            if s.unit and s.log != "kernel":
+                g[2].setdefault(s.unit, []).append((a, z))
+        return cls([s for s in spans if s.log == "kernel"],
+                   [s for s in spans if s.log == "service" and s.first is not None and s.last is not None],
+                   reach, {k: _SpanGroup(*v) for k, v in acc.items()})
+
+    @classmethod
+    def of_frame(cls, df: pl.DataFrame) -> _HostSpans:
+        """The same from a frame of spans (path, format, host, log, unit, first, last, records, untimed) in
+        coverage order, without making an object of each span."""
+        def objs(part: pl.DataFrame) -> list[SourceSpan]:
+            return [SourceSpan(path=r["path"], format=r["format"] or "", host=r["host"], log=r["log"], unit=r["unit"],
+                               first=r["first"], last=r["last"], records=r["records"], untimed=r["untimed"])
+                    for r in part.iter_rows(named=True)]
+
+        kernel = objs(df.filter(pl.col("log") == "kernel"))
+        service = objs(df.filter((pl.col("log") == "service") & pl.col("first").is_not_null()
+                                 & pl.col("last").is_not_null()))
+        r = df.filter(pl.col("last").is_not_null()).group_by("path").agg(pl.col("last").max())
+        reach = dict(zip(r["path"].to_list(), r["last"].to_list()))
+        timed = df.filter(pl.col("first").is_not_null() & pl.col("last").is_not_null()).select(
+            "path", "log", "unit", pl.col("first").dt.epoch("us").alias("a"), pl.col("last").dt.epoch("us").alias("z"))
+        acc: dict[tuple[str, str], tuple[list[int], list[int], dict[str, list[tuple[int, int]]], list]] = {}
+        for key in df.select("path", "log").unique(maintain_order=True).iter_rows():
+            acc[key] = ([], [], {}, [])  # type: ignore[index]
+        for path, log, unit, a, z in timed.iter_rows():
+            g = acc[(path, log)]
+            g[0].append(a)
+            g[1].append(z)
+            g[3].append((unit, a, z))
+            if unit and log != "kernel":
+                g[2].setdefault(unit, []).append((a, z))
+        return cls(kernel, service, reach, {k: _SpanGroup(*v) for k, v in acc.items()})
+
+    def window(self, since: datetime, until: datetime) -> dict[str, dict[str, _WindowUnits]]:
+        lo, hi = _us(since), _us(until)
+        out: dict[str, dict[str, _WindowUnits]] = {}
+        for (path, log), g in self.groups.items():
+            w = g.window(lo, hi)
+            if w is not None:
+                out.setdefault(path, {})[log] = w
+        return out
+
+
+def _log_words(log: str, units: Sequence[str] | _WindowUnits, unit: str | None) -> str:
     base = _LOG_WORDS[log]
     if not units:
         return base
@@ -988,7 +1195,8 @@ def _log_words(log: str, units: Sequence[str], unit: str | None) -> str:
 
 
 def _hms(t: datetime) -> str:
-    return t.astimezone(timezone.utc).strftime("%H:%M:%S")
+    u = t.astimezone(timezone.utc)
+    return f"{u.hour:02d}:{u.minute:02d}:{u.second:02d}"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -1231,11 +1439,20 @@ def kernel_window(at: datetime) -> tuple[datetime, datetime]:
 
 
 def fmt_when(t: datetime) -> str:
-    return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M")
+    u = t.astimezone(timezone.utc)
+    return f"{_ymd(u)} {u.hour:02d}:{u.minute:02d}"
 
 
 def iso(t: datetime | None) -> str | None:
-    return None if t is None else t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if t is None:
+        return None
+    u = t.astimezone(timezone.utc)
+    return f"{_ymd(u)}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}.{u.microsecond:06d}Z"
+
+
+def _ymd(u: datetime) -> str:
+    """strftime("%Y-%m-%d"), without its cost."""
+    return f"{u.year}-{u.month:02d}-{u.day:02d}" if u.year >= 1000 else u.strftime("%Y-%m-%d")
 
 
 def human_seconds(s: float) -> str:
@@ -1271,8 +1488,9 @@ def step_values(evs: Sequence[EventView], anchor: EventView, distinct: str | Non
     else:
         vals["ts"] = iso(e.ts)
         vals["time"] = _hms(e.ts)
-        vals["at"] = e.ts.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-        vals["date"] = e.ts.astimezone(timezone.utc).strftime("%Y-%m-%d")
+        u = e.ts.astimezone(timezone.utc)
+        vals["date"] = _ymd(u)
+        vals["at"] = f"{vals['date']} {u.hour:02d}:{u.minute:02d}:{u.second:02d}"
         if anchor.t is not None and e.t is not None:
             vals["ago"] = human_seconds(anchor.t - e.t)
     fields_all: dict[str, list[str]] = {}
@@ -1450,23 +1668,31 @@ def resolve(matches: Sequence[Match]) -> list[Finding]:
     primaries = [(m, f) for m, f in kept if not m.correlation.fold]
     folds = [(m, f) for m, f in kept if m.correlation.fold]
     primaries.sort(key=lambda mf: (mf[1].t is None, mf[1].t or 0.0, -mf[1].priority, mf[0].correlation.id))
+    # the first primary with a given cause event, and the first that blames or explains a given event (a fold
+    # only adds explained events to its target, and a primary that takes no fold is added last)
+    by_cause: dict[str | None, int] = {}
+    by_event: dict[str, int] = {}
+
+    def index(i: int, c: Conclusion) -> None:
+        by_cause.setdefault(c.cause_event, i)
+        for x in (c.cause_event, *c.explains):
+            if x is not None and by_event.get(x, i) >= i:
+                by_event[x] = i
+
+    for i, (_pm, pf) in enumerate(primaries):
+        index(i, pf.conclusion)
     for m, f in folds:
-        target = None
-        for i, (_pm, pf) in enumerate(primaries):
-            if pf.conclusion.cause_event == f.conclusion.cause_event:
-                target = i
-                break
+        target = by_cause.get(f.conclusion.cause_event)
         if target is None:
-            for i, (_pm, pf) in enumerate(primaries):
-                if m.anchor.id == pf.conclusion.cause_event or m.anchor.id in pf.conclusion.explains:
-                    target = i
-                    break
+            target = by_event.get(m.anchor.id)
         if target is None:
             primaries.append((m, f))
+            index(len(primaries) - 1, f.conclusion)
             continue
         pm, pf = primaries[target]
         primaries[target] = (pm, _fold_into(pf, f, fill(m.correlation.fold_statement, _values(m))
                                             if m.correlation.fold_statement else ""))
+        index(target, primaries[target][1].conclusion)
     out = [f for _, f in primaries]
     out.sort(key=lambda f: (f.t is None, f.t if f.t is not None else 0.0, -f.priority, f.rules[0], f.anchor))
     return out
@@ -1546,7 +1772,7 @@ def load_timeline(path: Path | str) -> TimelineFixture:
     p = Path(path)
     r = _Reader(str(p), p.read_text(encoding="utf-8"), KINDS)
     try:
-        root = r.loader.get_single_node()
+        root = r.compose()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise CorrelationError([(str(p), (mark.line + 1) if mark else 1, f"not valid YAML: {getattr(e, 'problem', e)}")])

@@ -9,9 +9,10 @@ large store is scanned once. Every value says where it came from (`path:line`); 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import polars as pl
 
@@ -186,6 +187,55 @@ def fingerprint_records(records: pl.DataFrame, evs: Sequence[EventView], kn: Kno
     return Fingerprint(values=ordered, sources=tuple((k, src[k]) for k, _ in ordered), hardware=hw)
 
 
+SLICE_ROWS = 200_000                   # records read at a time (their messages are held in memory)
+
+
+def _hits(store, source_ids: Sequence[str], cond: pl.Expr) -> tuple[pl.DataFrame, pl.DataFrame]:  # noqa: ANN001
+    """(records `cond` selects whose message holds a literal: ts, message, path, line, host, source_id;
+    the distinct ranks of the records `cond` selects: rank, host, source_id), a slice of a source at a time:
+    the selected records are read first, then searched (cheaper than searching every message)."""
+    lit = pl.col("message").str.contains_any(list(LITERALS), ascii_case_insensitive=True)
+    hits: list[pl.DataFrame] = []
+    ranks: list[pl.DataFrame] = []
+    for sid in dict.fromkeys(source_ids):
+        lf = store.records([sid])
+        n = lf.select(pl.len()).collect().item()
+        for off in range(0, max(n, 1), SLICE_ROWS):
+            part = (lf.slice(off, SLICE_ROWS).filter(cond)
+                    .select("ts", "message", "path", "line", "host", "source_id", "rank").collect())
+            hits.append(_compact(part.filter(lit).drop("rank")))
+            ranks.append(_compact(part.filter(pl.col("rank").is_not_null()).select("rank", "host", "source_id")
+                                  .unique()))
+    schema = {"ts": pl.Datetime("us", "UTC"), "message": pl.String, "path": pl.String, "line": pl.Int64,
+              "host": pl.String, "source_id": pl.String}
+    h = pl.concat(hits, how="vertical_relaxed") if hits else pl.DataFrame(schema=schema)
+    r = (pl.concat(ranks, how="vertical_relaxed") if ranks else
+         pl.DataFrame(schema={"rank": pl.String, "host": pl.String, "source_id": pl.String}))
+    return h, r
+
+
+def _compact(df: pl.DataFrame) -> pl.DataFrame:
+    """The frame with its text copied: a few rows filtered out of a slice would otherwise keep the whole
+    slice's text buffers alive."""
+    return df.with_columns(pl.col(c) + pl.lit("") for c, t in df.schema.items() if t == pl.String)
+
+
+def _host_filter(host: str | None, null_host: bool) -> pl.Expr:
+    if host is None:
+        return pl.col("host").is_null()
+    if null_host:
+        return (pl.col("host") == host) | pl.col("host").is_null()
+    return pl.col("host") == host
+
+
+def _from_hits(hits: pl.DataFrame, ranks: pl.DataFrame, mine: pl.Expr, evs: Sequence[EventView], kn: Knowledge,
+               host: str | None) -> Fingerprint:
+    rows = (hits.filter(mine).select("ts", "message", "path", "line").sort(["ts", "path", "line"], nulls_last=False)
+            .tail(20000))
+    rk = ranks.filter(mine).select("rank").unique().head(1000)["rank"].to_list()
+    return fingerprint_records(rows, evs, kn, host, rk)
+
+
 def fingerprint(store, host: str | None, source_ids: Sequence[str], evs: Sequence[EventView], kn: Knowledge,
                 until: datetime | None = None, null_host: bool = True) -> Fingerprint:  # noqa: ANN001
     """The fingerprint of `host` from the given sources of a Store (records at or before `until`, and untimed
@@ -194,17 +244,28 @@ def fingerprint(store, host: str | None, source_ids: Sequence[str], evs: Sequenc
         return fingerprint_records(pl.DataFrame({"message": [], "path": [], "line": []},
                                                 schema={"message": pl.String, "path": pl.String, "line": pl.Int64}),
                                    evs, kn, host)
-    lf = store.records(list(source_ids))
-    if host is None:
-        lf = lf.filter(pl.col("host").is_null())
-    elif null_host:
-        lf = lf.filter((pl.col("host") == host) | pl.col("host").is_null())
-    else:
-        lf = lf.filter(pl.col("host") == host)
+    cond = _host_filter(host, null_host)
     if until is not None:
-        lf = lf.filter(pl.col("ts").is_null() | (pl.col("ts") <= until))
-    hits = (lf.filter(pl.col("message").str.contains_any(list(LITERALS), ascii_case_insensitive=True))
-            .select("ts", "message", "path", "line").sort(["ts", "path", "line"], nulls_last=False)
-            .tail(20000).collect())
-    ranks = (lf.filter(pl.col("rank").is_not_null()).select("rank").unique().head(1000).collect()["rank"].to_list())
-    return fingerprint_records(hits, evs, kn, host, ranks)
+        cond = cond & (pl.col("ts").is_null() | (pl.col("ts") <= until))
+    hits, ranks = _hits(store, source_ids, cond)
+    return _from_hits(hits, ranks, pl.lit(True), evs, kn, host)
+
+
+def fingerprints(store, asks: Mapping[Any, tuple[str | None, Sequence[str], Sequence[EventView], bool]],  # noqa: ANN001
+                 kn: Knowledge) -> dict[Any, Fingerprint]:
+    """Several hosts' fingerprints (key -> (host, source ids, events, null_host), as `fingerprint` takes them,
+    with `until` None) from one read of the records: the same values as one `fingerprint` call per host."""
+    out: dict[Any, Fingerprint] = {}
+    sids = sorted({s for _, ids, _, _ in asks.values() for s in ids})
+    cond = None
+    for h, ids, _, nh in asks.values():
+        if ids:
+            c = _host_filter(h, nh)
+            cond = c if cond is None else cond | c
+    hits, ranks = _hits(store, sids, cond) if cond is not None else (None, None)
+    for k, (h, ids, evs, nh) in asks.items():
+        if not ids or hits is None or ranks is None:
+            out[k] = fingerprint(store, h, ids, evs, kn, null_host=nh)
+            continue
+        out[k] = _from_hits(hits, ranks, pl.col("source_id").is_in(list(ids)) & _host_filter(h, nh), evs, kn, h)
+    return out

@@ -8,14 +8,22 @@
     environment, what the logs cannot show, and a stable id `<date>-<host>-<unit>`.
 
 Deterministic: the same store gives the same incidents, ids and conclusions, in the same order.
+
+Scale: only the few events that can matter become Python objects (forensics.correlate_store): the events of
+the kinds the correlations look at, the significant ones, and then, per incident, those of its host around
+it. Hosts, units, the deterministic order and the fold sessions are computed over the whole store with
+polars. Asking for one incident (`find_incidents`, `resolve_incidents`) looks only at the hosts its id can
+name, and builds in full only the incidents asked for; the ids are those of `build_incidents`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import PurePath
 from typing import Any
@@ -25,32 +33,42 @@ import polars as pl
 from .configreview import Knowledge, enricher, load_knowledge, review_configs
 from .correlate import (
     KERNEL_KINDS,
-    SYSTEMD_KINDS,
     Correlation,
     Coverage,
     EventView,
     Finding,
     SourceSpan,
+    Timeline,
     correlate_views,
     evidence_of,
     fill,
+    fmt_when,
     iso,
     kernel_window,
-    fmt_when,
     load_correlations,
-    views,
+    resolve,
 )
-from .environment import Fingerprint, fingerprint
+from .correlate_store import (
+    DUP_SECONDS,
+    EventSource,
+    correlation_kinds,
+    fold_copies,
+    host_local,
+    signature,
+    unit_may_be,
+    units_by_pid,
+    window_mask,
+)
+from .correlate_local import LocalMatcher
+from .environment import Fingerprint, fingerprints
 from .model import Conclusion, Confidence, Event, Evidence, Gap, Incident, SourceInfo, to_jsonable
-from .schema import EVENT_SCHEMA, conform
 
 DEFAULT_GAP_MINUTES = 15.0
-DUP_SECONDS = 2.0                      # the same line in two sources: this close in time
 UNDATED_LINES = 500                    # untimed significant events this close in one source: one incident
 CONTEXT_KINDS = frozenset({"server_config", "server_ready", "server_start", "service_started", "boot"})
-_TS_RANK = {"exact": 0, "boot_anchored": 1, "zone_assumed": 2, "year_inferred": 3}
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_PREFIX = re.compile(r"^\[\d{4}-\d{2}-\d{2} [\d:.,]+(?: [A-Z_]+\d+)*\] ")
+# correlations fired only where they can matter (forensics.correlate_local); off: at every anchor, as a check
+LOCAL_MATCHING = os.environ.get("FORENSICS_LOCAL_MATCHING", "1") != "0"
 
 
 class IncidentNotFound(LookupError):
@@ -63,16 +81,19 @@ class IncidentNotFound(LookupError):
 
 @dataclass(frozen=True)
 class Prepared:
-    """The store's events ready for correlation, and what was assumed to get there."""
+    """The store's events ready for correlation (read on demand), and what was assumed to get there."""
 
-    views: tuple[EventView, ...]              # primaries only (duplicates folded), deterministic order
-    copies: Mapping[str, tuple[EventView, ...]]   # primary id -> the same line in other sources
+    source: EventSource                       # the events, prepared as they are asked for (primaries, copies)
     coverage: Coverage
-    spans: tuple[SourceSpan, ...]
     assumptions: tuple[tuple[str, Gap], ...]  # (path, what was assumed about it): hosts, units
     sources: tuple[Any, ...]                  # SourceEntry
     host_sources: Mapping[str, tuple[str, ...]]  # host -> source ids with records of it
     single_host: bool
+    host_paths: Mapping[str | None, set[str]] = field(default_factory=dict)  # host -> paths of its spans
+
+    @property
+    def spans(self) -> tuple[SourceSpan, ...]:
+        return self.coverage.spans
 
 
 def _log_class() -> pl.Expr:
@@ -82,27 +103,94 @@ def _log_class() -> pl.Expr:
             .otherwise(pl.lit("service")))
 
 
+def _spans_of(lf: pl.LazyFrame, keys: Sequence[str]) -> pl.LazyFrame:
+    return (lf.with_columns(_log_class().alias("log")).group_by(*keys, "host", "log", "unit")
+            .agg(pl.col("format").first(), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"),
+                 pl.len().alias("records"), pl.col("ts").is_null().sum().alias("untimed")))
+
+
+def _constant(path, names: Sequence[str]) -> dict[str, str] | None:  # noqa: ANN001
+    """The value of each column `names` of a Parquet file when its statistics show one value everywhere."""
+    try:
+        import pyarrow.parquet as pq
+
+        md = pq.ParquetFile(str(path)).metadata
+        cols = [md.schema.column(i).name for i in range(md.num_columns)]
+        out: dict[str, str] = {}
+        for name in names:
+            vals = set()
+            for rg in range(md.num_row_groups):
+                st = md.row_group(rg).column(cols.index(name)).statistics
+                if st is None or not st.has_min_max or st.null_count != 0 or st.min != st.max:
+                    return None
+                vals.add(st.min)
+            if len(vals) != 1:
+                return None
+            out[name] = vals.pop()
+        return out
+    except Exception:  # noqa: BLE001 - no statistics: the columns are grouped on like the others
+        return None
+
+
+RECORD_SLICE = 500_000                 # records grouped at a time
+
+
 def _record_tables(store) -> tuple[pl.DataFrame, pl.DataFrame]:  # noqa: ANN001
-    """(spans per source/host/class/unit, units named by each source's systemd lines)."""
-    lf = store.records().select("source_id", "path", "format", "host", "ident", "unit", "ts")
-    spans = (lf.with_columns(_log_class().alias("log"))
-             .group_by("source_id", "path", "host", "log", "unit")
-             .agg(pl.col("format").first(), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"),
-                  pl.len().alias("records"), pl.col("ts").is_null().sum().alias("untimed"))
-             .sort("path", "host", "log", "unit", nulls_last=True).collect())
-    units = (lf.filter(pl.col("ident").fill_null("").str.starts_with("systemd") & pl.col("unit").is_not_null()
-                       & (pl.col("ident") != "systemd-journald"))
-             .group_by("source_id").agg(pl.col("unit").unique().sort()).collect())
-    return spans, units
+    """(spans per source/host/class/unit, units named by each source's systemd lines), a slice of a source
+    at a time, so memory holds one slice's columns. Records are first counted per (host, ident, unit, format)
+    as they are, the class of log is given to those few groups, and the spans are their sums (the format of a
+    span is that of its first record); the source id and path are not read when the file's statistics show
+    them the same on every record."""
+    spans: list[pl.DataFrame] = []
+    units: list[pl.DataFrame] = []
+    cols = ["source_id", "path", "format", "host", "ident", "unit", "ts"]
+    systemd = (pl.col("ident").fill_null("").str.starts_with("systemd") & pl.col("unit").is_not_null()
+               & (pl.col("ident") != "systemd-journald"))
+    for sid in dict.fromkeys(e.source_id for e in store.sources()):
+        lf = store.records([sid]).select(cols)
+        f = store.records_file(sid)
+        same = _constant(f, ("source_id", "path")) if f.exists() else None
+        keys = ["host", "ident", "unit", "format"] if same is not None else ["source_id", "path", "host", "ident",
+                                                                              "unit", "format"]
+        n = lf.select(pl.len()).collect().item()
+        parts: list[pl.DataFrame] = []
+        named: list[pl.DataFrame] = []
+        for off in range(0, n, RECORD_SLICE):
+            sl = lf.slice(off, RECORD_SLICE)
+            parts.append(sl.with_row_index("_i", offset=off).group_by(keys).agg(
+                pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"), pl.len().alias("records"),
+                pl.col("ts").is_null().sum().alias("untimed"), pl.col("_i").min()).collect())
+            named.append(sl.filter(systemd).select("source_id", "unit").unique().collect())
+        if not parts:
+            continue
+        sp = pl.concat(parts, how="vertical_relaxed").group_by(keys).agg(
+            pl.col("first").min(), pl.col("last").max(), pl.col("records").sum(), pl.col("untimed").sum(),
+            pl.col("_i").min())
+        if same is not None:
+            sp = sp.select(pl.lit(same["source_id"]).alias("source_id"), pl.lit(same["path"]).alias("path"), pl.all())
+        spans.append(sp.with_columns(_log_class().alias("log")).group_by("source_id", "path", "host", "log", "unit")
+                     .agg(pl.col("format").sort_by("_i").first(), pl.col("first").min(), pl.col("last").max(),
+                          pl.col("records").sum().cast(pl.UInt32), pl.col("untimed").sum().cast(pl.UInt32)))
+        un = pl.concat(named, how="vertical_relaxed")
+        units.append(un.group_by("source_id").agg(pl.col("unit").unique().sort()))
+    lf = store.records().select(cols)
+    spans.append(_spans_of(lf.clear(), ["source_id", "path"]).collect())
+    units.append(lf.clear().group_by("source_id").agg(pl.col("unit").unique().sort()).collect())
+    spans_df = pl.concat(spans, how="vertical_relaxed").sort("path", "host", "log", "unit", nulls_last=True)
+    return spans_df, pl.concat(units, how="vertical_relaxed")
 
 
-def prepare(store, kn: Knowledge, host_gpus: Mapping[str, tuple[str | None, str]] | None = None) -> Prepared:  # noqa: ANN001
+def prepare(store, kn: Knowledge) -> Prepared:  # noqa: ANN001
+    """Hosts and units filled where the logs imply them (vectorised, over every event and record), the
+    coverage of the sources; the events themselves are prepared on demand (Prepared.source)."""
     sources = tuple(store.sources())
-    events = conform(store.events().collect(), EVENT_SCHEMA)
+    raw = store.events()
     spans_df, units_df = _record_tables(store)
+    ev_hosts, ev_units = pl.collect_all([raw.select(pl.col("host").unique()),
+                                         raw.select(pl.col("unit").drop_nulls().unique())])
     assumptions: list[tuple[str, Gap]] = []
     # -- hosts: one host in the store fills the files that name none; several: each such file is its own
-    hosts = sorted({h for h in spans_df["host"].to_list() if h} | {h for h in events["host"].to_list() if h}
+    hosts = sorted({h for h in spans_df["host"].to_list() if h} | {h for h in ev_hosts["host"].to_list() if h}
                    | {e.host for e in sources if e.host})
     single = len(hosts) == 1
     with_host = {p for p, h in zip(spans_df["path"].to_list(), spans_df["host"].to_list()) if h is not None}
@@ -129,10 +217,9 @@ def prepare(store, kn: Knowledge, host_gpus: Mapping[str, tuple[str | None, str]
                                why=(f"{', '.join(hostless)} name{'s' if len(hostless) == 1 else ''} no host; taken to be "
                                     f"{hosts[0]}, the only host in the store."), commands=()))
                        for p in hostless]
-    events = events.with_columns(fill_host.alias("host"))
     spans_df = spans_df.with_columns(fill_host.alias("host"))
     # -- units: a source whose systemd lines name one unit (`journalctl -u X`), or named after a unit
-    known_units = set(events["unit"].drop_nulls().to_list()) | set(spans_df["unit"].drop_nulls().to_list())
+    known_units = set(ev_units["unit"].to_list()) | set(spans_df["unit"].drop_nulls().to_list())
     # a journal whose systemd lines name one unit (`journalctl -u X`): its other journal lines are X's
     journal_unit: dict[str, str] = {}
     for sid, us in zip(units_df["source_id"].to_list(), units_df["unit"].to_list()):
@@ -153,26 +240,30 @@ def prepare(store, kn: Knowledge, host_gpus: Mapping[str, tuple[str | None, str]
     is_journal = pl.col("format").fill_null("").str.starts_with("journal")
     ju = pl.col("source_id").replace_strict(journal_unit, default=None, return_dtype=pl.String)
     fu = pl.col("source_id").replace_strict(file_unit, default=None, return_dtype=pl.String)
-    events = events.with_columns(
-        pl.when(not_kernel & is_journal).then(ju).when(not_kernel).then(fu).otherwise(pl.col("unit")).alias("unit"))
+    events = (raw.with_row_index("_row").with_columns(fill_host.alias("host")).with_columns(
+        pl.when(not_kernel & is_journal).then(ju).when(not_kernel).then(fu).otherwise(pl.col("unit")).alias("unit")))
     service = pl.col("unit").is_null() & (pl.col("log") == "service")
     spans_df = spans_df.with_columns(
         pl.when(service & pl.col("format").fill_null("").str.starts_with("journal")).then(ju)
         .when(service).then(fu).otherwise(pl.col("unit")).alias("unit"))
-    evs = views(events, enricher(kn), host_gpus)
-    evs = _units_by_pid(evs)
-    evs = [_with_load(store, e) if e.kind == "cuda_oom" and e.t is not None else e for e in evs]
-    prim, copies = _fold_copies(evs)
-    spans = tuple(SourceSpan(path=r["path"], format=r["format"] or "", host=r["host"], log=r["log"], unit=r["unit"],
-                             first=r["first"], last=r["last"], records=r["records"], untimed=r["untimed"])
-                  for r in spans_df.iter_rows(named=True))
+
+    def load(e: EventView) -> EventView:
+        return _with_load(store, e) if e.kind == "cuda_oom" and e.t is not None else e
+
+    source = EventSource(events, enricher(kn), prepare_view=load, significant_kinds_excluded=CONTEXT_KINDS)
+    coverage = Coverage.from_frame(spans_df.select("path", "format", "host", "log", "unit", "first", "last",
+                                                   "records", "untimed"))
     host_sources: dict[str, list[str]] = {}
     for sid, h in zip(spans_df["source_id"].to_list(), spans_df["host"].to_list()):
         if h is not None and sid not in host_sources.setdefault(h, []):
             host_sources[h].append(sid)
-    return Prepared(views=tuple(prim), copies=copies, coverage=Coverage(spans), spans=spans,
+    host_paths: dict[str | None, set[str]] = {}
+    for h, p in spans_df.select("host", "path").unique().iter_rows():
+        host_paths.setdefault(h, set()).add(p)
+    return Prepared(source=source, coverage=coverage,
                     assumptions=tuple(assumptions), sources=sources,
-                    host_sources={h: tuple(v) for h, v in host_sources.items()}, single_host=single)
+                    host_sources={h: tuple(v) for h, v in host_sources.items()}, single_host=single,
+                    host_paths=host_paths)
 
 
 _BATCH = re.compile(r"#running-req: (\d+)")
@@ -201,85 +292,10 @@ def _with_load(store, e: EventView) -> EventView:  # noqa: ANN001
     return replace(e, fields={**e.fields, "load_text": text, "running_req": int(run.group(1)) if run else None})
 
 
-def _units_by_pid(evs: list[EventView]) -> list[EventView]:
-    """An event without a unit takes the unit of another event about the same process (host, pid): the OOM
-    kill of pid 48213 in /system.slice/x.service puts `python3[48213]` lines in x.service."""
-    owner: dict[tuple[str | None, str], str] = {}
-    for e in evs:
-        p, u = e.entities.get("pid"), e.entities.get("unit")
-        if p and u:
-            owner.setdefault((e.host, p), u)
-    out = []
-    for e in evs:
-        p = e.entities.get("pid")
-        if e.entities.get("unit") is None and p and (e.host, p) in owner:
-            u = owner[(e.host, p)]
-            ents = {**e.entities, "unit": u}
-            e = replace(e, unit=u, entities=ents)
-        out.append(e)
-    return out
-
-
-def _signature(e: EventView) -> str:
-    first = e.message.split("\n", 1)[0].strip()
-    return _PREFIX.sub("", first).strip()
-
-
-def _compatible(a: EventView, b: EventView) -> bool:
-    for ent in ("unit", "pid"):
-        va, vb = a.entities.get(ent), b.entities.get(ent)
-        if va is not None and vb is not None and va != vb:
-            return False
-    return True
-
-
-def _primary_score(e: EventView) -> tuple:
-    return (e.entities.get("unit") is None, e.host is None, _TS_RANK.get(e.ts_source, 5), -len(e.fields),
-            e.path, e.line)
-
-
-def _fold_copies(evs: list[EventView]) -> tuple[list[EventView], dict[str, tuple[EventView, ...]]]:
-    """The same line seen in several sources (a kernel line in dmesg and in the journal, a journal tail pasted
-    in a terminal log) becomes one event; the others are kept as its copies (cited as evidence too)."""
-    groups: list[list[EventView]] = []
-    by_key: dict[tuple[str, str | None, str], list[int]] = {}
-    for e in evs:
-        key = (e.kind, e.host, _signature(e))
-        placed = False
-        for gi in by_key.get(key, []):
-            g = groups[gi]
-            head = g[0]
-            same = [x for x in g if x.source_id == e.source_id]
-            if same and (e.kind not in SYSTEMD_KINDS or min(abs(x.line - e.line) for x in same) <= 5):
-                continue   # the same text twice in one source is two events, unless a pasted journal tail repeats
-            if (head.t is None) != (e.t is None):
-                continue
-            if head.t is not None and abs(head.t - e.t) > DUP_SECONDS:
-                continue
-            if all(_compatible(x, e) for x in g):
-                g.append(e)
-                placed = True
-                break
-        if not placed:
-            by_key.setdefault(key, []).append(len(groups))
-            groups.append([e])
-    prim: list[EventView] = []
-    copies: dict[str, tuple[EventView, ...]] = {}
-    for g in groups:
-        g.sort(key=_primary_score)
-        p = g[0]
-        # the primary keeps the richest entities of the group
-        ents = dict(p.entities)
-        for x in g[1:]:
-            for k, v in x.entities.items():
-                ents.setdefault(k, v)
-        if ents != p.entities:
-            p = replace(p, entities=ents, unit=ents.get("unit"))
-        prim.append(p)
-        if len(g) > 1:
-            copies[p.id] = tuple(g[1:])
-    prim.sort(key=lambda e: e.seq)
-    return prim, copies
+# the fold and the units of processes live with the event source; the names stay importable from here
+_units_by_pid = units_by_pid
+_fold_copies = fold_copies
+_signature = signature
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -309,10 +325,19 @@ def significant(e: EventView, timed: bool = True) -> bool:
             and (e.severity in ("error", "critical") or e.role == "cause"))
 
 
-def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float) -> list[_Cluster]:
+STARTS = ("service_started", "server_start")
+
+
+def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float,
+            load_starts: Callable[[list[tuple[_Cluster, _Cluster]]], Sequence[EventView]] | None = None
+            ) -> list[_Cluster]:
     """Significant events per host, split where `gap_s` passes without one; then clusters merged when one
     finding binds events of both, or when a unit of the later one was started within the gap after the
-    earlier one ended and died within twice the gap of starting (a fallback that dies too)."""
+    earlier one ended and died within twice the gap of starting (a fallback that dies too).
+
+    `evs` must hold every significant event; the starts are taken from `evs` too, unless `load_starts` gives
+    them: called with the pairs of successive clusters of a host, it returns (at least) every start of a unit
+    of the later one on that host within the gap after the earlier one ends."""
     by_host: dict[str, list[EventView]] = {}
     for e in evs:
         if significant(e):
@@ -347,11 +372,14 @@ def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float) ->
         for i in idx[1:]:
             if clusters[i].host == clusters[idx[0]].host:
                 union(idx[0], i)
-    starts = [e for e in evs if e.kind in ("service_started", "server_start") and e.t is not None]
-    for i in range(len(clusters) - 1):
+    pairs = [i for i in range(len(clusters) - 1) if clusters[i].host == clusters[i + 1].host]
+    if load_starts is None:
+        starts = [e for e in evs if e.kind in STARTS and e.t is not None]
+    else:
+        starts = [e for e in load_starts([(clusters[i], clusters[i + 1]) for i in pairs])
+                  if e.kind in STARTS and e.t is not None]
+    for i in pairs:
         a, b = clusters[i], clusters[i + 1]
-        if a.host != b.host:
-            continue
         for s in starts:
             if s.host == a.host and s.entities.get("unit") in b.units and a.end <= s.t <= a.end + gap_s \
                     and b.start - s.t <= 2 * gap_s:
@@ -489,7 +517,8 @@ class _Explainer:
 
 def _gaps(c: _Cluster, evs: Sequence[EventView], members: Sequence[EventView], prep: Prepared, start: float | None,
           end: float | None, gap_s: float) -> list[Gap]:
-    """What the logs cannot show for this incident."""
+    """What the logs cannot show for this incident. `evs` (in seq order) must hold the host's journald
+    suppressions from `gap_s` before the start to the end, and its untimed kernel events."""
     out: list[Gap] = []
     host = c.host
     seen: set[tuple] = set()
@@ -548,7 +577,7 @@ def _gaps(c: _Cluster, evs: Sequence[EventView], members: Sequence[EventView], p
         out.append(Gap(what=f"The exact times of {p}",
                        why=f"Times there are not printed in full: {anchors.get(p) or ', '.join(sorted(by_path[p]))}.",
                        commands=()))
-    paths = {sp.path for sp in prep.spans if sp.host == host}
+    paths = prep.host_paths.get(host, set())
     out.extend(g for p, g in prep.assumptions if p in paths)
     uniq: dict[str, Gap] = {}
     for g in out:
@@ -567,133 +596,297 @@ def _source_infos(prep: Prepared, host: str) -> tuple[SourceInfo, ...]:
     return tuple(sorted(out, key=lambda x: x.path))
 
 
+# ----------------------------------------------------------------------------------------------------------
+# building incidents: first what the ids and the listing need (skeletons), then the incidents asked for
+
+
+ARCH_KINDS = frozenset({"flashinfer_arch_unsupported", "cuda_arch_unsupported"})
+
+
+@dataclass
+class _Skeleton:
+    """An incident before its events, configuration, environment and gaps are gathered: enough for its id,
+    its place in the order, and the one-line listing (`id`, `start`, `end`, `hosts`, `headline`,
+    `root_cause.confidence`)."""
+
+    cluster: _Cluster
+    heads: list[Finding]
+    ordered: list[Finding]                    # the root first
+    core_ids: set[str]
+    t0: float | None
+    t1: float | None
+    units: list[str]
+    id: str
+    start: str | None
+    end: str | None
+    headline: str
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return (self.cluster.host,)
+
+    @property
+    def root_cause(self) -> Conclusion:
+        return self.ordered[0].conclusion
+
+
+class _Builder:
+    """Incidents of one store: the events they need are read and prepared on demand (Prepared.source)."""
+
+    def __init__(self, store, gap_minutes: float = DEFAULT_GAP_MINUTES,  # noqa: ANN001
+                 correlations: Sequence[Correlation] | None = None, knowledge: Knowledge | None = None):
+        self.store = store
+        self.kn = knowledge if knowledge is not None else load_knowledge()
+        self.corrs = tuple(correlations if correlations is not None else load_correlations())
+        self.gap_s = gap_minutes * 60.0
+        self.prep = prepare(store, self.kn)
+        self.src = self.prep.source
+        self.kinds = correlation_kinds(self.corrs) | ARCH_KINDS | {"server_config", "cuda_oom"}
+        self.local = host_local(self.corrs)
+        self.envs: dict[str, Fingerprint] = {}
+        self.host_gpus: dict[str, tuple[str | None, str]] = {}
+        self.gpu_hosts: set[str] = set()
+        self.src.finish = self._gpu_desc
+        self._explainer: _Explainer | None = None
+        self.local_matching = LOCAL_MATCHING
+
+    # -- the GPU named by the logs makes architecture statements name it
+    def _gpu_desc(self, e: EventView) -> EventView:
+        hg = self.host_gpus.get(e.host) if e.host is not None else None
+        if hg is not None and e.fields.get("sm") and hg[0] in (None, e.fields["sm"]):
+            return replace(e, fields={**e.fields, "gpus_desc": hg[1]})
+        return e
+
+    def _envs(self, hosts: Sequence[str], evs_of: Mapping[str, Sequence[EventView]]) -> None:
+        """The fingerprint of each host (once per host, all in one scan of the records)."""
+        asks = {}
+        for h in hosts:
+            if h in self.envs or h in asks:
+                continue
+            unknown = h.startswith("unknown host (")
+            asks[h] = (None if unknown else h, self.prep.host_sources.get(h, ()), list(evs_of.get(h, ())),
+                       self.prep.single_host or unknown)
+        if asks:
+            self.envs.update(fingerprints(self.store, asks, self.kn))
+
+    @property
+    def partitions(self) -> list[str]:
+        return sorted(set(self.src.narrow["part"].to_list()))
+
+    def skeletons(self, parts: set[str] | None = None) -> list[_Skeleton]:
+        """The incidents of the hosts `parts` (None: all; a host's incidents depend on its events only when
+        the correlations are host_local) as skeletons, ids final, in order."""
+        src = self.src
+        if src.empty:
+            return []
+        if parts is not None and not self.local:
+            parts = None
+        on = pl.col("part").is_in(sorted(parts)) if parts is not None else pl.lit(True)
+        evs = src.load(on & (pl.col("kind").is_in(sorted(self.kinds)) | pl.col("significant") | pl.col("archish")
+                             | (pl.col("t_us").is_null() & pl.col("kind").is_in(sorted(KERNEL_KINDS)))))
+        # the GPU named by the logs makes architecture statements name it (only when it matters)
+        arch_hosts = sorted({e.host for e in evs if e.fields.get("sm") and e.host} - self.gpu_hosts)
+        if arch_hosts:
+            by_host: dict[str, list[EventView]] = {}
+            for e in evs:
+                if e.host in arch_hosts:
+                    by_host.setdefault(e.host, []).append(e)
+            self._envs(arch_hosts, by_host)
+            for h in arch_hosts:
+                fp = self.envs[h]
+                gpu = fp.get("gpu") or ""
+                name = re.sub(r"^\d+ x ", "", gpu).split(" (", 1)[0]
+                if gpu and "inferred" in gpu:
+                    self.host_gpus[h] = (fp.get("sm"), f"this host's GPUs ({name}, inferred from {fp.get('sm')} and "
+                                                       "the GPU memory free at start)")
+                elif name.startswith("NVIDIA"):
+                    self.host_gpus[h] = (fp.get("sm"), name)
+            self.gpu_hosts.update(arch_hosts)
+            src.remap(self._gpu_desc)
+            evs = [src.primaries[e.seq] for e in evs]
+        if self.local_matching:
+            found, clusters = self._correlate_local(evs)
+        else:
+            found = correlate_views(evs, self.corrs, self.prep.coverage)
+            clusters = cluster(evs, found, self.gap_s, self._load_starts)
+        by_id = src.by_id
+        where = {e.id: i for i, c in enumerate(clusters) for e in c.events}
+        per: dict[int, list[Finding]] = {i: [] for i in range(len(clusters))}
+        for f in found:
+            ids = [f.anchor, f.conclusion.cause_event, *f.conclusion.explains, *f.event_ids]
+            hit = next((where[x] for x in ids if x in where), None)
+            if hit is None:
+                a = by_id.get(f.anchor)
+                if a is not None and a.t is not None:
+                    hit = next((i for i, c in enumerate(clusters) if c.host == a.host and c.start is not None
+                                and c.end is not None and c.start <= a.t <= c.end), None)
+            if hit is not None:
+                per[hit].append(f)
+        skels: list[_Skeleton] = []
+        for i, c in enumerate(clusters):
+            fs = per[i] or [_fallback(c)]
+            explained = {x for f in fs for x in f.conclusion.explains}
+            heads = [f for f in fs if f.conclusion.cause_event is None or f.conclusion.cause_event not in explained]
+            heads.sort(key=lambda f: (f.t is None, f.t or 0.0, _conf_rank(f.conclusion.confidence), -f.priority))
+            root = heads[0] if heads else fs[0]
+            ordered = [root] + sorted((f for f in fs if f is not root),
+                                      key=lambda f: (f.t is None, f.t or 0.0, -f.priority, f.rules[0]))
+            # time span: significant events and what the conclusions blame or explain
+            core_ids = {e.id for e in c.events} | {x for f in fs for x in (f.conclusion.cause_event,
+                                                                            *f.conclusion.explains) if x}
+            core = [by_id[x] for x in core_ids if x in by_id and by_id[x].t is not None
+                    and by_id[x].kind not in CONTEXT_KINDS]
+            t0 = min((e.t for e in core), default=None)
+            t1 = max((e.t for e in core), default=None)
+            units = list(dict.fromkeys([*(f.conclusion.unit for f in ordered if f.conclusion.unit),
+                                        *(u for u in c.units)]))
+            units = sorted(units, key=lambda u: min((e.t for e in core if e.entities.get("unit") == u),
+                                                    default=t1 if t1 is not None else 0.0))
+            start = datetime.fromtimestamp(t0, timezone.utc) if t0 is not None else None
+            end = datetime.fromtimestamp(t1, timezone.utc) if t1 is not None else None
+            lead_unit = root.conclusion.unit or (units[0] if units else None)
+            ident = (f"{start:%Y-%m-%d}" if start else "undated") + f"-{_host_slug(c.host)}-" + (
+                _slug(_unit_stem(lead_unit)) if lead_unit else _slug(root.conclusion.kind))
+            others = [f.headline for f in heads[1:3] if f.conclusion.unit != root.conclusion.unit]
+            headline = root.headline + "".join(f"; then {h}" for h in others)
+            skels.append(_Skeleton(cluster=c, heads=heads, ordered=ordered, core_ids=core_ids, t0=t0, t1=t1,
+                                   units=units, id=ident, start=iso(start), end=iso(end), headline=headline))
+        skels.sort(key=lambda x: (x.start is None, x.start or "", x.id))
+        seen: dict[str, int] = {}
+        for sk in skels:
+            n = seen.get(sk.id, 0) + 1
+            seen[sk.id] = n
+            if n > 1:
+                sk.id = f"{sk.id}-{n}"
+        return skels
+
+    def _correlate_local(self, evs: Sequence[EventView]) -> tuple[list[Finding], list[_Cluster]]:
+        """The findings and clusters, with correlations fired only where they can matter (correlate_local)."""
+        lm = LocalMatcher(Timeline(evs), self.corrs, self.prep.coverage)
+        for e in evs:
+            if significant(e) or significant(e, timed=False):
+                lm.ask_near(e, roles_only=False)
+        while True:
+            found = resolve(lm.run())
+            clusters = cluster(evs, found, self.gap_s, self._load_starts)
+            if not sum(lm.ask_span(c.host, c.start, c.end) for c in clusters
+                       if c.start is not None and c.end is not None):
+                return found, clusters
+
+    def _load_starts(self, pairs: list[tuple[_Cluster, _Cluster]]) -> list[EventView]:
+        masks = [(pl.col("host") == a.host) & window_mask(a.end, a.end + self.gap_s) & unit_may_be(b.units)
+                 for a, b in pairs if b.units and a.end is not None]
+        if not masks:
+            return []
+        return self.src.load(pl.col("kind").is_in(list(STARTS)) & pl.any_horizontal(masks))
+
+    # -- the incidents themselves
+    def build(self, skels: Sequence[_Skeleton]) -> list[Incident]:
+        if not skels:
+            return []
+        src, gap_s = self.src, self.gap_s
+        # the events the incidents show: the context of each (host, window, its units), journald's suppressions,
+        # and every event on a line cited as evidence (a cited line's copies are cited too)
+        masks = []
+        locs: set[tuple[str, int]] = set()
+        for sk in skels:
+            if sk.t0 is not None and sk.t1 is not None:
+                masks.append((pl.col("host") == sk.cluster.host)
+                             & window_mask(sk.t0 - gap_s, sk.t1 + min(gap_s, 300.0))
+                             & (unit_may_be(sk.units) | (pl.col("kind") == "journal_suppressed")))
+            for f in sk.ordered:
+                for ev in (*f.conclusion.evidence_for, *f.conclusion.evidence_against):
+                    locs.add((ev.path, ev.line))
+        if masks:
+            src.load(pl.any_horizontal(masks))
+        if locs:
+            ps, ls = zip(*sorted(locs))
+            src.load(pl.DataFrame({"path": list(ps), "line": list(ls)},
+                                  schema={"path": pl.String, "line": pl.Int64}))
+        prims = sorted(src.primaries.values(), key=lambda e: e.seq)
+        by_id = src.by_id
+        by_loc: dict[tuple[str, int], str] = {}
+        host_evs: dict[str | None, list[EventView]] = {}
+        for e in prims:
+            by_loc[(e.path, e.line)] = e.id
+            host_evs.setdefault(e.host, []).append(e)
+        timed: dict[str | None, tuple[list[float], list[EventView]]] = {}
+        self._envs([sk.cluster.host for sk in skels], host_evs)  # type: ignore[arg-type]
+        if self._explainer is None:
+            self._explainer = _Explainer()
+        explainer = self._explainer
+        out: list[Incident] = []
+        for sk in skels:
+            c, ordered, units, t0, t1 = sk.cluster, sk.ordered, sk.units, sk.t0, sk.t1
+            here = host_evs.get(c.host, [])
+            # events: the core, everything the conclusions bound, and the context of the same host and units
+            member_ids = set(sk.core_ids) | {x for f in ordered for x in f.event_ids}
+            if t0 is not None and t1 is not None:
+                lo, hi = t0 - gap_s, t1 + min(gap_s, 300.0)
+                if c.host not in timed:
+                    tl = sorted((e for e in here if e.t is not None), key=lambda e: (e.t, e.seq))
+                    timed[c.host] = ([e.t for e in tl], tl)  # type: ignore[misc]
+                ts, tl = timed[c.host]
+                for e in tl[bisect_left(ts, lo):bisect_right(ts, hi)]:
+                    if e.id in member_ids:
+                        continue
+                    u = e.entities.get("unit")
+                    if u is None or u in units:
+                        member_ids.add(e.id)
+
+            def before_end(e: EventView) -> bool:
+                return e.t is None or t1 is None or e.t <= t1
+
+            server = [e for e in here if e.kind == "server_config"]
+            configs = [e for e in server if before_end(e)
+                       and (e.entities.get("unit") in units or (e.entities.get("unit") is None and not units))]
+            if not configs:
+                configs = [e for e in server if before_end(e) and e.entities.get("unit") is None]
+            fp = self.envs[c.host]
+            cfgs = review_configs(configs, self.kn, fp.hardware)
+            chosen = {(x.evidence.path, x.evidence.line) for x in cfgs}
+            member_ids |= {e.id for e in configs if (e.path, e.line) in chosen}
+            members = sorted((by_id[x] for x in member_ids if x in by_id),
+                             key=lambda e: (e.t is None, e.t or 0.0, e.path, e.line, e.rule))
+            roles: dict[str, str] = {}
+            for f in ordered:
+                for eid, r in f.roles:
+                    roles.setdefault(eid, r)
+            events = tuple(explainer.event(e, roles.get(e.id, e.role)) for e in members)
+            conclusions = tuple(_with_copies(f.conclusion, src.copies, by_loc) for f in ordered)
+            symptoms = tuple(sorted(dict.fromkeys(x for f in ordered for x in f.conclusion.explains),
+                                    key=lambda x: (by_id[x].t or 0.0, by_id[x].seq) if x in by_id else (0.0, 0)))
+            gap_evs = [e for e in here if e.kind == "journal_suppressed" or (e.t is None and e.kind in KERNEL_KINDS)]
+            gaps = _gaps(c, gap_evs, members, self.prep, t0, t1, gap_s)
+            out.append(Incident(
+                id=sk.id, start=sk.start, end=sk.end, hosts=(c.host,), units=tuple(units), headline=sk.headline,
+                root_cause=conclusions[0], conclusions=conclusions, events=events, symptoms=symptoms, configs=cfgs,
+                environment=fp.as_dict(), gaps=tuple(gaps), sources=_source_infos(self.prep, c.host)))
+        return out
+
+    # -- which hosts can hold the incidents a spec names
+    def candidates(self, specs: Sequence[str]) -> set[str] | None:
+        """The hosts whose incidents may match every spec (None: any host may)."""
+        if not self.local:
+            return None
+        out: set[str] | None = None
+        for spec in specs:
+            m = re.match(r"^(?:\d{4}-\d{2}-\d{2}|undated)-(.*)$", spec.strip(), re.S)
+            if _DATE.match(spec.strip()) or not m:
+                continue
+            body = m.group(1)
+            parts = {p for p in self.partitions
+                     if (_host_slug(p) + "-").startswith(body) or body.startswith(_host_slug(p) + "-")}
+            out = parts if out is None else out & parts
+        return out
+
+
 def build_incidents(store, gap_minutes: float = DEFAULT_GAP_MINUTES, *,  # noqa: ANN001
                     correlations: Sequence[Correlation] | None = None,
                     knowledge: Knowledge | None = None) -> list[Incident]:
     """Every incident of the store, sorted by start, then id."""
-    kn = knowledge if knowledge is not None else load_knowledge()
-    corrs = correlations if correlations is not None else load_correlations()
-    gap_s = gap_minutes * 60.0
-    prep = prepare(store, kn)
-    if not prep.views:
-        return []
-    envs: dict[str, Fingerprint] = {}
-
-    def env_of(host: str, evs: Sequence[EventView]) -> Fingerprint:
-        if host not in envs:
-            envs[host] = fingerprint(store, None if host.startswith("unknown host (") else host,
-                                     prep.host_sources.get(host, ()), evs, kn, until=None,
-                                     null_host=prep.single_host or host.startswith("unknown host ("))
-        return envs[host]
-
-    # the GPU named by the logs makes architecture statements name it (a second pass, only when it matters)
-    evs = list(prep.views)
-    arch_hosts = sorted({e.host for e in evs if e.fields.get("sm") and e.host})
-    host_gpus: dict[str, tuple[str | None, str]] = {}
-    for h in arch_hosts:
-        fp = env_of(h, [e for e in evs if e.host == h])
-        gpu = fp.get("gpu") or ""
-        name = re.sub(r"^\d+ x ", "", gpu).split(" (", 1)[0]
-        if gpu and "inferred" in gpu:
-            host_gpus[h] = (fp.get("sm"), f"this host's GPUs ({name}, inferred from {fp.get('sm')} and the GPU "
-                                          "memory free at start)")
-        elif name.startswith("NVIDIA"):
-            host_gpus[h] = (fp.get("sm"), name)
-    if host_gpus:
-        evs = [replace(e, fields={**e.fields, "gpus_desc": host_gpus[e.host][1]})
-               if e.host in host_gpus and e.fields.get("sm") and host_gpus[e.host][0] in (None, e.fields["sm"]) else e
-               for e in evs]
-    found = correlate_views(evs, corrs, prep.coverage)
-    clusters = cluster(evs, found, gap_s)
-    by_id = {e.id: e for e in evs}
-    by_loc = {(e.path, e.line): e.id for e in evs}
-    explainer = _Explainer()
-    # findings -> clusters
-    where = {e.id: i for i, c in enumerate(clusters) for e in c.events}
-    per: dict[int, list[Finding]] = {i: [] for i in range(len(clusters))}
-    for f in found:
-        ids = [f.anchor, f.conclusion.cause_event, *f.conclusion.explains, *f.event_ids]
-        hit = next((where[x] for x in ids if x in where), None)
-        if hit is None:
-            a = by_id.get(f.anchor)
-            if a is not None and a.t is not None:
-                hit = next((i for i, c in enumerate(clusters) if c.host == a.host and c.start is not None
-                            and c.end is not None and c.start <= a.t <= c.end), None)
-        if hit is not None:
-            per[hit].append(f)
-    incidents: list[Incident] = []
-    for i, c in enumerate(clusters):
-        fs = per[i] or [_fallback(c)]
-        explained = {x for f in fs for x in f.conclusion.explains}
-        heads = [f for f in fs if f.conclusion.cause_event is None or f.conclusion.cause_event not in explained]
-        heads.sort(key=lambda f: (f.t is None, f.t or 0.0, _conf_rank(f.conclusion.confidence), -f.priority))
-        root = heads[0] if heads else fs[0]
-        ordered = [root] + sorted((f for f in fs if f is not root),
-                                  key=lambda f: (f.t is None, f.t or 0.0, -f.priority, f.rules[0]))
-        # time span: significant events and what the conclusions blame or explain
-        core_ids = {e.id for e in c.events} | {x for f in fs for x in (f.conclusion.cause_event, *f.conclusion.explains)
-                                               if x}
-        core = [by_id[x] for x in core_ids if x in by_id and by_id[x].t is not None
-                and by_id[x].kind not in CONTEXT_KINDS]
-        t0 = min((e.t for e in core), default=None)
-        t1 = max((e.t for e in core), default=None)
-        units = list(dict.fromkeys([*(f.conclusion.unit for f in ordered if f.conclusion.unit),
-                                    *(u for u in c.units)]))
-        units = sorted(units, key=lambda u: min((e.t for e in core if e.entities.get("unit") == u),
-                                                default=t1 if t1 is not None else 0.0))
-        # events: the core, everything the conclusions bound, and the context of the same host and units
-        member_ids = set(core_ids) | {x for f in fs for x in f.event_ids}
-        if t0 is not None and t1 is not None:
-            lo, hi = t0 - gap_s, t1 + min(gap_s, 300.0)
-            for e in evs:
-                if e.host != c.host or e.id in member_ids:
-                    continue
-                u = e.entities.get("unit")
-                if e.t is not None and lo <= e.t <= hi and (u is None or u in units):
-                    member_ids.add(e.id)
-
-        def before_end(e: EventView) -> bool:
-            return e.t is None or t1 is None or e.t <= t1
-
-        configs = [e for e in evs if e.kind == "server_config" and e.host == c.host and before_end(e)
-                   and (e.entities.get("unit") in units or (e.entities.get("unit") is None and not units))]
-        if not configs:
-            configs = [e for e in evs if e.kind == "server_config" and e.host == c.host and before_end(e)
-                       and e.entities.get("unit") is None]
-        fp = env_of(c.host, [e for e in evs if e.host == c.host])
-        cfgs = review_configs(configs, kn, fp.hardware)
-        chosen = {(x.evidence.path, x.evidence.line) for x in cfgs}
-        member_ids |= {e.id for e in configs if (e.path, e.line) in chosen}
-        members = sorted((by_id[x] for x in member_ids if x in by_id),
-                         key=lambda e: (e.t is None, e.t or 0.0, e.path, e.line, e.rule))
-        roles: dict[str, str] = {}
-        for f in ordered:
-            for eid, r in f.roles:
-                roles.setdefault(eid, r)
-        events = tuple(explainer.event(e, roles.get(e.id, e.role)) for e in members)
-        conclusions = tuple(_with_copies(f.conclusion, prep.copies, by_loc) for f in ordered)
-        symptoms = tuple(sorted(dict.fromkeys(x for f in ordered for x in f.conclusion.explains),
-                                key=lambda x: (by_id[x].t or 0.0, by_id[x].seq) if x in by_id else (0.0, 0)))
-        start = datetime.fromtimestamp(t0, timezone.utc) if t0 is not None else None
-        end = datetime.fromtimestamp(t1, timezone.utc) if t1 is not None else None
-        gaps = _gaps(c, evs, members, prep, t0, t1, gap_s)
-        lead_unit = root.conclusion.unit or (units[0] if units else None)
-        ident = (f"{start:%Y-%m-%d}" if start else "undated") + f"-{_host_slug(c.host)}-" + (
-            _slug(_unit_stem(lead_unit)) if lead_unit else _slug(root.conclusion.kind))
-        others = [f.headline for f in heads[1:3] if f.conclusion.unit != root.conclusion.unit]
-        headline = root.headline + "".join(f"; then {h}" for h in others)
-        incidents.append(Incident(
-            id=ident, start=iso(start), end=iso(end), hosts=(c.host,), units=tuple(units), headline=headline,
-            root_cause=conclusions[0], conclusions=conclusions, events=events, symptoms=symptoms, configs=cfgs,
-            environment=fp.as_dict(), gaps=tuple(gaps), sources=_source_infos(prep, c.host)))
-    incidents.sort(key=lambda x: (x.start is None, x.start or "", x.id))
-    seen: dict[str, int] = {}
-    out = []
-    for inc in incidents:
-        n = seen.get(inc.id, 0) + 1
-        seen[inc.id] = n
-        out.append(inc if n == 1 else replace(inc, id=f"{inc.id}-{n}"))
-    return out
+    b = _Builder(store, gap_minutes, correlations, knowledge)
+    return b.build(b.skeletons())
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -728,8 +921,33 @@ def _existing(incidents: Sequence[Incident]) -> str:
     return f"the store has: {shown}{more} (`forensics incidents` lists them)"
 
 
+def find_incidents(store, specs: Sequence[str], gap_minutes: float = DEFAULT_GAP_MINUTES, *,  # noqa: ANN001
+                   full: bool = True, correlations: Sequence[Correlation] | None = None,
+                   knowledge: Knowledge | None = None) -> list:
+    """The incidents `specs` select one after the other (see select_incidents; no spec: all), built in full
+    only for them (`full=False`: skeletons with id, start, end, hosts, headline and root_cause). When the
+    correlations keep each host's incidents to its events, only the hosts a spec can name are looked at;
+    ids are those `build_incidents` gives. Raises IncidentNotFound, naming what exists."""
+    b = _Builder(store, gap_minutes, correlations, knowledge)
+    parts = b.candidates(specs)
+
+    def pick(skels: list[_Skeleton]) -> list[_Skeleton]:
+        for spec in specs:
+            skels = select_incidents(skels, spec)  # type: ignore[arg-type]
+        return skels
+
+    try:
+        chosen = pick(b.skeletons(parts))
+    except IncidentNotFound:
+        if parts is None:
+            raise
+        chosen = pick(b.skeletons(None))       # raises again, naming every incident of the store
+    return b.build(chosen) if full else chosen
+
+
 def resolve_incidents(store, spec: str, gap_minutes: float = DEFAULT_GAP_MINUTES) -> list[Incident]:  # noqa: ANN001
-    return select_incidents(build_incidents(store, gap_minutes), spec)
+    """The incidents a full id, a unique id prefix or a date (YYYY-MM-DD) names; raises IncidentNotFound."""
+    return find_incidents(store, [spec], gap_minutes)
 
 
 # ----------------------------------------------------------------------------------------------------------

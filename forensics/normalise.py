@@ -24,6 +24,10 @@ def normalise_batch(recs: pl.DataFrame) -> pl.DataFrame:
     can concern (systemd lines, bracketed messages, processes that logged a traceback)."""
     if recs.height == 0:
         return recs
+    # a stamp naming a day that does not exist (Feb 30) parses to no time: say so
+    timed_kinds = ["exact", "zone_assumed", "year_inferred"]
+    recs = recs.with_columns(pl.when(pl.col("ts").is_null() & pl.col("ts_source").is_in(timed_kinds))
+                             .then(pl.lit("none")).otherwise(pl.col("ts_source")).alias("ts_source"))
     msg = pl.col("message")
     recs = _fill(recs, "unit", pl.col("ident").str.starts_with("systemd").fill_null(False) & pl.col("unit").is_null(),
                  msg.str.extract(UNIT_PREFIX, 1))

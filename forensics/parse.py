@@ -1,5 +1,8 @@
 """Lines -> records, vectorised: each format's pattern runs once over the lines no earlier format claimed.
 
+(The first format, the file's own, extracts its groups from every line, by its fast pattern where it has one;
+the later ones first test, together, which of the few lines left their patterns match.)
+
 A record is a first line a format recognises plus the continuation lines that belong to it (indented
 journal continuation lines, raw traceback lines under an SGLang record, dmesg's unprefixed lines, a line
 after one ending in a backslash). Lines nobody claims become untimed `text` records: nothing is dropped.
@@ -10,14 +13,15 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 
 import polars as pl
 
 from .detect import Detection, detect
 from .formats import FORMATS, TEXT, LineFormat, StructuredFormat
-from .formats.base import Continuation, HookedFormat, PostContext
+from .formats.base import Continuation, HookedFormat, PostContext, Stamp
 from .schema import RECORD_SCHEMA, TimeSource, conform
-from .timeparse import stamp_columns
+from .timeparse import stamp_columns, stamp_exprs
 
 LEVELS = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
 # columns a format frame carries between parsing and record assembly
@@ -37,35 +41,51 @@ class ParseContext:
         return PostContext(path=self.path, tz=self.tz)
 
 
-def _group(df: pl.DataFrame, name: str, dtype: pl.DataType = pl.String) -> pl.Expr:
-    return pl.col(name).cast(dtype, strict=False) if name in df.columns else pl.lit(None, dtype=dtype)
+def _group(cols: frozenset[str], name: str, dtype: pl.DataType = pl.String) -> pl.Expr:
+    return pl.col(name).cast(dtype, strict=False) if name in cols else pl.lit(None, dtype=dtype)
 
 
-def _standardise(fmt: LineFormat, df: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
-    """A format's matched rows (named groups + line + text) -> the working columns."""
-    times = stamp_columns(fmt.stamp, df, ctx.tz)
-    level = _group(df, "level")
-    if "prio" in df.columns:
+TIMES = {"ts": "_ts", "ts_source": "_ts_source", "mono": "_mono"}  # stamp columns, as added next to the groups
+
+
+@lru_cache(maxsize=512)
+def _standard(name: str, ident: str | None, policy: str, cols: frozenset[str]) -> dict[str, pl.Expr]:
+    """The working columns (`WORK`, in order) over a format's groups (`cols`) and the stamp columns (`TIMES`)."""
+    level = _group(cols, "level")
+    if "prio" in cols:
         prio_level = (pl.col("prio").cast(pl.Int64, strict=False) % 8).replace_strict(
             dict(enumerate(LEVELS)), default=None, return_dtype=pl.String)
         level = pl.coalesce(level, prio_level)
-    df = df.with_columns(times).with_columns(
-        _group(df, "stamp").alias("ts_text"),
-        pl.coalesce(_group(df, "ident"), pl.lit(fmt.defaults.get("ident"), dtype=pl.String)).alias("ident"),
-        _group(df, "pid", pl.Int64).alias("pid"),
-        _group(df, "unit").alias("unit"),
-        _group(df, "rank").str.strip_chars().replace("", None).alias("rank"),
-        level.alias("level"),
-        _group(df, "host").alias("host"),
-    )
-    if isinstance(fmt, HookedFormat):
-        df = fmt.post(df, ctx.post)
-    return df.select(
-        "line", "text", "ts", "ts_source", "ts_text", "mono", "host", "ident", "pid", "unit", "rank", "level",
-        pl.col("msg").alias("message"),
-        pl.lit(fmt.name).alias("format"),
-        pl.lit(fmt.continuation.value).alias("_policy"),
-    )
+    return {
+        "line": pl.col("line"), "text": pl.col("text"),
+        "ts": pl.col(TIMES["ts"]), "ts_source": pl.col(TIMES["ts_source"]),
+        "ts_text": _group(cols, "stamp"),
+        "mono": pl.col(TIMES["mono"]),
+        "host": _group(cols, "host"),
+        "ident": pl.coalesce(_group(cols, "ident"), pl.lit(ident, dtype=pl.String)),
+        "pid": _group(cols, "pid", pl.Int64),
+        "unit": _group(cols, "unit"),
+        "rank": _group(cols, "rank").str.strip_chars().replace("", None),
+        "level": level,
+        "message": pl.col("msg"),
+        "format": pl.lit(name),
+        "_policy": pl.lit(policy),
+    }
+
+
+def _standardise(fmt: LineFormat, df: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    """A format's matched rows (named groups + line + text) -> the working columns (`WORK`, in order)."""
+    exprs = _standard(fmt.name, fmt.defaults.get("ident"), fmt.continuation.value, frozenset(df.columns))
+    if fmt.stamp is Stamp.NONE:  # constant stamp columns
+        ts, ts_source, mono = stamp_exprs(fmt.stamp, df.columns, ctx.tz)
+        exprs = {**exprs, "ts": ts, "ts_source": ts_source, "mono": pl.lit(None, dtype=pl.Float64)}
+    else:
+        df = df.hstack(stamp_columns(fmt.stamp, df, ctx.tz).rename(TIMES))
+    if isinstance(fmt, HookedFormat):  # the hook sees the groups and the standard columns
+        keep = [c for c in WORK if c not in ("message", "format", "_policy")]
+        df = fmt.post(df.with_columns(exprs[c].alias(c) for c in keep), ctx.post)
+        exprs = {**exprs, **{c: pl.col(c) for c in keep}}
+    return df.select(e.alias(c) for c, e in exprs.items())
 
 
 def parse_lines(lines: pl.DataFrame, formats: list[LineFormat], ctx: ParseContext,
@@ -99,70 +119,85 @@ def _claim(lines: pl.DataFrame, formats: list[LineFormat], ctx: ParseContext) ->
     """Each line to the first format whose pattern matches it (`text` when none does), standardised, in order."""
     parts: list[pl.DataFrame] = []
     rest = lines
-    for fmt in formats:
-        if rest.height == 0:
-            break
-        if fmt is TEXT:
-            continue
-        groups = fmt.extract(rest.get_column("text"))
-        hit = groups.get_column("msg").is_not_null()
-        hits = int(hit.sum())
-        if hits == rest.height:
-            parts.append(_standardise(fmt, pl.concat([rest, groups], how="horizontal"), ctx))
+    candidates = [f for f in formats if f is not TEXT]
+    if candidates:  # the first format (the file's own) extracts over every line
+        first = candidates[0]
+        groups = first.extract(rest.get_column("text"))
+        misses = groups.get_column("msg").null_count()
+        if misses == 0:
+            parts.append(_standardise(first, rest.hstack(groups), ctx))
             rest = rest.clear()
-        elif hits:
-            matched = pl.concat([rest.filter(hit), groups.filter(hit)], how="horizontal")
-            parts.append(_standardise(fmt, matched, ctx))
+        elif misses < rest.height:
+            hit = groups.get_column("msg").is_not_null()
+            parts.append(_standardise(first, rest.filter(hit).hstack(groups.filter(hit)), ctx))
             rest = rest.filter(~hit)
+    others = candidates[1:]
+    if rest.height and others:  # the few lines left: which later format's pattern matches each, in one pass
+        found = rest.select(pl.col("text").str.contains(f.pattern).alias(str(i)) for i, f in enumerate(others))
+        taken = None
+        for i, fmt in enumerate(others):
+            match = found.to_series(i)
+            claim = match if taken is None else match & ~taken
+            if claim.any():
+                sub = rest.filter(claim)
+                parts.append(_standardise(fmt, sub.hstack(fmt.extract(sub.get_column("text"))), ctx))
+            taken = match if taken is None else taken | match
+        if taken is not None and taken.any():
+            rest = rest.filter(~taken)
     if rest.height:
         parts.append(_standardise(TEXT, rest.with_columns(pl.col("text").alias("msg")), ctx))
     return pl.concat(parts, how="vertical_relaxed").sort("line") if len(parts) > 1 else parts[0]
 
 
-def _continuation(df: pl.DataFrame) -> pl.Series:
-    """Which rows continue the record before them (`_cont`). Only lines no format claimed can: the work runs
-    over those rows alone, each with the line before it and the policy of the last claimed line before it."""
-    cont = pl.repeat(False, df.height, dtype=pl.Boolean, eager=True).alias("_cont")
-    text_rows = (df.get_column("format") == TEXT.name)
-    idx = text_rows.arg_true().cast(pl.Int64)
-    if idx.len() == 0:
-        return cont
-    real_pos = (~text_rows).arg_true().cast(pl.Int64)
-    seg = idx - pl.int_range(0, idx.len(), eager=True, dtype=pl.Int64)  # claimed lines before the row
-    text = df.get_column("text")
-    policies = df.get_column("_policy")
-    sub = pl.DataFrame({
-        "i": idx,
-        "seg": seg,
-        "t": text.gather(idx),
-        "prev": text.gather((idx - 1).clip(0)),
-        "policy": policies.gather(real_pos.gather((seg - 1).clip(0))) if real_pos.len()
-        else pl.repeat(None, idx.len(), dtype=policies.dtype, eager=True),
-    })
-    indented = pl.col("t").str.contains(r"^\s")
-    after_backslash = pl.when(pl.col("i") > 0).then(pl.col("prev").str.ends_with("\\")).otherwise(False)
-    policy = pl.when(pl.col("seg") > 0).then(pl.col("policy"))
-    sub = sub.with_columns(after_backslash.alias("bs"), indented.alias("ind"))
-    bs, ind = pl.col("bs"), pl.col("ind")
+def _continuation(df: pl.DataFrame) -> pl.Series | None:
+    """Which rows continue the record before them (`_cont`); None when none does. Only unclaimed lines can: the
+    string tests run on those rows alone, each with the line before it and the policy of the last claimed line
+    before it."""
+    unclaimed = df.get_column("format") == TEXT.name
+    if not unclaimed.any():
+        return None
+    claimed = pl.col("format") != TEXT.name
+    rows = df.select(pl.int_range(pl.len()).alias("i"),
+                     claimed.cum_sum().alias("seg"),  # claimed lines up to here: rows after one claimed line share it
+                     pl.when(claimed).then(pl.col("_policy")).forward_fill().alias("policy"),
+                     pl.col("text"), pl.col("text").shift(1).alias("prev")).filter(unclaimed)
+    flags = rows.select("i", _cont_rule().alias("_cont"))
+    cont = flags.get_column("_cont")
+    if not cont.any():
+        return None
+    return pl.zeros(df.height, dtype=pl.Boolean, eager=True).alias("_cont").scatter(
+        flags.get_column("i").filter(cont), True)
+
+
+@lru_cache(maxsize=1)
+def _cont_rule() -> pl.Expr:
+    """Over unclaimed rows (`seg`, `policy`, `text`, `prev`ious line): does the row continue a record?"""
+    policy = pl.col("policy")
+    indented = pl.col("text").str.contains(r"^\s")
+    after_backslash = pl.col("prev").str.ends_with("\\").fill_null(False)
     # under INDENTED, a plain (unindented) text line closes the record: later indented lines are not its own
-    breaker = (~ind & ~bs).cast(pl.Int8).cum_max().over("seg") > 0
-    flags = sub.select((policy.is_not_null() & (
+    # (a plain line since the segment's first row: plain lines counted so far exceed the count before it)
+    plain = (~indented & ~after_backslash).cast(pl.UInt32)
+    seen = plain.cum_sum()
+    first = pl.col("seg").ne_missing(pl.col("seg").shift(1)).fill_null(True)
+    breaker = seen > pl.when(first).then(seen - plain).forward_fill()
+    return policy.is_not_null() & (
         (policy == Continuation.ANY.value)
-        | ((policy == Continuation.INDENTED.value) & ind & ~breaker)
-        | bs
-    )).alias("_cont")).get_column("_cont")
-    return cont.scatter(idx, flags)
+        | ((policy == Continuation.INDENTED.value) & indented & ~breaker)
+        | after_backslash
+    )
 
 
 def _assemble(df: pl.DataFrame, ctx: ParseContext, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
     cont = _continuation(df)
     carry = df.clear().select("line", "text")
     if not final and df.height:
-        last = int((~cont).arg_true()[-1])  # where the last record starts
+        last = int((~cont).arg_true()[-1]) if cont is not None else df.height - 1  # where the last record starts
         if last > 0 or df.height < MAX_CARRY:  # a record of MAX_CARRY lines is cut there
             carry = df.slice(last).select("line", "text")
-            df, cont = df.slice(0, last), cont.slice(0, last)
-    if cont.any():
+            df, cont = df.slice(0, last), (cont.slice(0, last) if cont is not None else None)
+    line_end = pl.col("line")
+    if cont is not None and cont.any():
         # a record is its first row; only rows of multi-line records go through the group-by
         df = df.with_columns(cont, (~cont).cum_sum().alias("_rid"))
         multi = pl.col("_cont") | pl.col("_cont").shift(-1).fill_null(False)
@@ -170,19 +205,14 @@ def _assemble(df: pl.DataFrame, ctx: ParseContext, final: bool) -> tuple[pl.Data
         joined = (df.filter(multi).with_columns(piece.alias("message"))
                   .group_by("_rid", maintain_order=True)
                   .agg(pl.col("line").last().alias("line_end"), pl.col("message").str.join("\n")))
-        starts = df.filter(~pl.col("_cont")).with_columns(pl.col("line").alias("line_end"))
+        df = df.filter(~pl.col("_cont"))
         at = (joined.get_column("_rid") - 1).cast(pl.Int64)  # _rid counts records from 1
-        df = starts.with_columns(starts.get_column("line_end").scatter(at, joined.get_column("line_end")),
-                                 starts.get_column("message").scatter(at, joined.get_column("message")))
-    else:
-        df = df.with_columns(pl.col("line").alias("line_end"))
-    out = df.with_columns(
-        pl.lit(None, dtype=pl.String).alias("ts_anchor"),
-        pl.lit(None, dtype=pl.String).alias("boot_id"),
-        pl.lit(ctx.source_id).alias("source_id"),
-        pl.lit(ctx.path).alias("path"),
-    )
-    return conform(out, RECORD_SCHEMA), carry
+        line_end = df.get_column("line").clone().scatter(at, joined.get_column("line_end"))
+        df = df.with_columns(df.get_column("message").clone().scatter(at, joined.get_column("message")))
+    extra = {"line_end": line_end, "ts_anchor": pl.lit(None, dtype=pl.String),
+             "boot_id": pl.lit(None, dtype=pl.String), "source_id": pl.lit(ctx.source_id), "path": pl.lit(ctx.path)}
+    return df.select((extra[c] if c in extra else pl.col(c)).cast(t).alias(c)
+                     for c, t in RECORD_SCHEMA.items()), carry
 
 
 def parse_structured(fmt: StructuredFormat, lines: pl.DataFrame, ctx: ParseContext,

@@ -76,6 +76,10 @@ def ingest(store: Store, inputs: list[str], opts: IngestOptions,
     planned: list[tuple[Source, Detection]] = []
     for src in sources:
         try:
+            kind = binary_kind(head_bytes(src, 64 << 10))
+            if kind and not opts.fmt:
+                raise SourceError(f"{src.display}: not a text log ({kind}); nothing ingested from it. If it "
+                                  f"really is a log, force a format with --format")
             sample = _sample_lines(src)
             planned.append((src, detect(sample, src.display, forced=opts.fmt)))
         except SourceError as e:
@@ -105,6 +109,24 @@ def ingest(store: Store, inputs: list[str], opts: IngestOptions,
             report.results.extend(one(p) for p in wave)
     report.anchors = anchor_kernel_clocks(store, opts, rules)
     return report
+
+
+BINARY_MAGIC = ((b"\x7fELF", "an ELF executable"), (b"\x89PNG\r\n\x1a\n", "a PNG image"), (b"%PDF-", "a PDF"),
+                (b"PK\x03\x04", "a zip archive"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),
+                (b"SQLite format 3\x00", "an SQLite database"), (b"LPKSHHRH", "a binary systemd journal file "
+                                                                  "(read it with `journalctl --file F -o json`)"))
+
+
+def binary_kind(head: bytes) -> str | None:
+    """What a source is when it is plainly not text: a known magic number, or mostly control bytes."""
+    for magic, name in BINARY_MAGIC:
+        if head.startswith(magic):
+            return name
+    if not head:
+        return None
+    text = head.replace(b"\x00", b"")  # NUL holes are handled as text (a half-written log)
+    ctrl = sum(1 for b in text[:65536] if b < 9 or 13 < b < 32)
+    return "binary data" if text and ctrl > 0.3 * min(len(text), 65536) else None
 
 
 def _needs_year(det: Detection) -> bool:
@@ -174,8 +196,11 @@ def host_anchors(store: Store) -> dict[str, YearAnchor]:
     for e in store.sources():
         if e.host and e.last_ts and e.host not in out and (
                 e.ts_sources.get(TimeSource.EXACT.value) or e.ts_sources.get(TimeSource.ZONE_ASSUMED.value)):
-            out[e.host] = YearAnchor(datetime.fromisoformat(e.last_ts.replace("Z", "+00:00")),
-                                     f"the dates in {e.path}")
+            try:
+                last = datetime.fromisoformat(e.last_ts.replace("Z", "+00:00"))
+            except ValueError:  # a stamp outside Python's datetime range anchors nothing
+                continue
+            out[e.host] = YearAnchor(last, f"the dates in {e.path}")
     return out
 
 
@@ -301,10 +326,14 @@ def _iso(v: datetime | None) -> str | None:
 
 
 def _summary(records_file: Path) -> dict:
+    """Span, record count and time sources of a written records file (formatted by polars: stamps beyond
+    Python's datetime range, year 0 or 10000 in UTC, must not crash the ingest)."""
     lf = pl.scan_parquet(records_file)
-    span = lf.select(pl.col("ts").min().alias("a"), pl.col("ts").max().alias("b"), pl.len().alias("n")).collect()
+    fmt = "%Y-%m-%dT%H:%M:%S%.6fZ"
+    span = lf.select(pl.col("ts").min().dt.strftime(fmt).alias("a"), pl.col("ts").max().dt.strftime(fmt).alias("b"),
+                     pl.len().alias("n")).collect()
     counts = lf.group_by("ts_source").len().sort("ts_source").collect()
-    return {"first_ts": _iso(span["a"][0]), "last_ts": _iso(span["b"][0]), "records": int(span["n"][0]),
+    return {"first_ts": span["a"][0], "last_ts": span["b"][0], "records": int(span["n"][0]),
             "ts_sources": dict(zip(counts["ts_source"].to_list(), counts["len"].to_list()))}
 
 
@@ -386,7 +415,7 @@ def rescan(store: Store, opts: IngestOptions) -> int:
         staging = store.staging()
         try:
             write_parquet(ev, staging / "e.parquet", EVENT_SCHEMA)
-            store.update(replace(e, events=ev.height), None, staging / "e.parquet")
+            store.update_events(e.source_id, staging / "e.parquet", ev.height)
         finally:
             store.cleanup(staging)
         total += ev.height

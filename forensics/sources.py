@@ -113,6 +113,8 @@ def _expand_path(p: str) -> tuple[list[Source], list[str]]:
                 if not f.startswith("."):
                     found.append(os.path.join(root, f))
         found.sort(key=rotation_key)
+        if not found:
+            return [], [f"{p}: directory holds no files to ingest; check the path"]
         srcs, errs = [], []
         for f in found:
             s, e = _expand_path(f)
@@ -292,19 +294,22 @@ def _split_fast(data: bytes, end: int, stats: ReadStats) -> pl.Series | None:
     to be the exact split (invalid UTF-8, a lost row): the caller then splits the slow way."""
     try:
         text = pl.read_csv(data, **_CSV).to_series()  # type: ignore[arg-type]
-    except pl.exceptions.ComputeError:  # invalid UTF-8 somewhere
+    except Exception:  # invalid UTF-8 somewhere (a ComputeError), or anything else: the slow way
         return None
     body = end - 1 if data[end - 1:end] == b"\n" else end  # data[:body] holds the lines without the last newline
     if end < len(data):
         text = text.head(text.len() - 1)  # the partial line after `end` (always a row of its own)
     if data.startswith(BOM) and text.len():  # the reader drops a leading byte order mark: put it back
         text = text.scatter(0, "\ufeff" + (text[0] or ""))
+    n = text.len()
     crlf = 0
     if data.find(b"\r", 0, end) >= 0:  # the reader strips the CR of a CRLF line end (one per line)
         crlf = data.count(b"\r\n", 0, end) + (body == end and data[end - 1:end] == b"\r")
-    # every line is there (newline count) and every byte is accounted for (lengths + newlines + stripped CRs)
-    n = text.len()
-    if n != data.count(b"\n", 0, body) + 1 or text.str.len_bytes().sum() + (n - 1) + crlf != body:
+        if n != data.count(b"\n", 0, body) + 1:  # and a CR is no line end of its own
+            return None
+    # every byte is accounted for (lengths + newlines + stripped CRs), so no line was dropped, and no row holds a
+    # newline, so none were joined
+    if text.str.len_bytes().sum() + (n - 1) + crlf != body or text.str.contains("\n", literal=True).any():
         return None
     stats.crlf += crlf
     return text.alias("text")

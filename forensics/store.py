@@ -107,8 +107,9 @@ class Store:
         except json.JSONDecodeError as e:
             raise StoreError(f"{self.manifest_path}: manifest is not valid JSON ({e}); run `forensics store check`") from e
         if data.get("store_version") != STORE_VERSION:
-            raise StoreError(f"{self.path}: store version {data.get('store_version')} is not {STORE_VERSION}; "
-                             f"re-ingest into a new store (--store DIR)")
+            from .storecheck import upgrade  # migrations; the next write persists the upgraded manifest
+
+            data = upgrade(data)
         return data
 
     def _write_manifest(self, data: dict) -> None:
@@ -160,6 +161,17 @@ class Store:
             if events is not None:
                 os.replace(events, self.events_file(entry.source_id))
             data["sources"][entry.source_id] = asdict(entry)
+            self._write_manifest(data)
+
+    def update_events(self, source_id: str, events: Path, count: int) -> None:
+        """Replace a source's events and only its `events` count (re-read under the lock, so an update
+        another process made meanwhile, such as dmesg anchoring, is kept)."""
+        with self.lock():
+            data = self.manifest()
+            if source_id not in data["sources"]:
+                return  # the source went away meanwhile
+            os.replace(events, self.events_file(source_id))
+            data["sources"][source_id]["events"] = count
             self._write_manifest(data)
 
     def cleanup(self, staging: Path) -> None:

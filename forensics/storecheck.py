@@ -356,20 +356,23 @@ def _verify_source(path: str, sha256: str, reingest: str) -> list[str]:
 
 def check(store_path: Path | str, *, verify_sources: bool = False, min_age: float = 60.0) -> CheckResult:
     """Verify the store (read only). StoreError when there is no store or it is from a newer forensics."""
-    store = Store(store_path)
-    if not store.path.is_dir():
-        raise StoreError(f"{store.path}: no store there (ingest logs first, or pass --store DIR)")
+    store = _existing(store_path)
     with store.lock():
         res, _ = _check(store, verify_sources, min_age)
     return res
 
 
+def _existing(store_path: Path | str) -> Store:
+    store = Store(store_path)
+    if not store.path.is_dir() or not any((store.path / n).exists() for n in ("manifest.json", "records", "events")):
+        raise StoreError(f"{store.path}: no store there (ingest logs first, or pass --store DIR)")
+    return store
+
+
 def repair(store_path: Path | str, *, verify_sources: bool = False, min_age: float = 60.0) -> CheckResult:
     """Check, then fix what can be fixed: migrate the manifest, drop broken sources (and their files), delete
     orphans and leftovers. The result lists the problems found and what was done (`repaired`)."""
-    store = Store(store_path)
-    if not store.path.is_dir():
-        raise StoreError(f"{store.path}: no store there (ingest logs first, or pass --store DIR)")
+    store = _existing(store_path)
     with store.lock():
         res, data = _check(store, verify_sources, min_age)
         if data is None:

@@ -6,6 +6,8 @@ year in `normalise.fix_years`, once the whole source and its anchors are known.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import polars as pl
 
 from .formats.base import Stamp
@@ -43,12 +45,33 @@ def localise(naive: pl.Expr, tz: str) -> pl.Expr:
             .dt.convert_time_zone("UTC"))
 
 
-def stamp_exprs(stamp: Stamp, cols: set[str], tz: str,
+def stamp_exprs(stamp: Stamp, cols: set[str] | frozenset[str], tz: str,
                 df: pl.DataFrame | None = None) -> tuple[pl.Expr, pl.Expr, pl.Expr | None]:
     """(ts, ts_source, mono) expressions over a frame holding the format's named groups.
 
     Given the frame itself (`df`), steps that cannot change the result on its rows are left out (the ISO
     date separators are already `-` and `T`; no row has an offset, or every row has one)."""
+    norm, offsets = True, None  # offsets: None (unknown, some rows may have one), "all" or "none"
+    if df is not None and stamp is Stamp.ISO and df.height:
+        # the separator replacement only changes `/` and ` ` in the first 11 characters: without them it is a no-op
+        seps, with_off = df.select(pl.col("stamp").str.head(11).str.contains("[/ ]").any().alias("seps"),
+                                   _iso_has_off().fill_null(False).sum().alias("off")).row(0)
+        norm = bool(seps)
+        offsets = "all" if with_off == df.height else "none" if with_off == 0 else None
+    return _stamp_exprs(stamp, frozenset(cols), tz, norm, offsets)
+
+
+def _iso_text() -> pl.Expr:
+    return pl.col("stamp").str.replace(r"[zZ]$", "+00:00").str.replace(",", ".", literal=True)
+
+
+def _iso_has_off() -> pl.Expr:
+    return _iso_text().str.contains(r"[+-]\d{2}:?\d{2}$")
+
+
+@lru_cache(maxsize=512)
+def _stamp_exprs(stamp: Stamp, cols: frozenset[str], tz: str, norm: bool,
+                 offsets: str | None) -> tuple[pl.Expr, pl.Expr, pl.Expr | None]:
     src = lambda s: pl.lit(s.value)  # noqa: E731
     assumed = TimeSource.ZONE_ASSUMED
     if stamp is Stamp.SYSLOG_NOYEAR:
@@ -62,18 +85,11 @@ def stamp_exprs(stamp: Stamp, cols: set[str], tz: str,
         naive = text.str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S%.6f", strict=False)
         return naive.dt.replace_time_zone("UTC"), src(TimeSource.YEAR_INFERRED), None
     if stamp is Stamp.ISO:
-        s = pl.col("stamp").str.replace(r"[zZ]$", "+00:00").str.replace(",", ".", literal=True)
-        has_off = s.str.contains(r"[+-]\d{2}:?\d{2}$")
-        # the replacement only changes `/` and ` ` separators: without them in the first 11 characters it is a no-op
-        norm = s.str.replace(r"^(\d{4})[-/](\d{2})[-/](\d{2})[T ]", "${1}-${2}-${3}T")
-        offsets = None  # unknown: some rows may have an offset and some not
-        if df is not None:
-            if not df.select(pl.col("stamp").str.head(11).str.contains("[/ ]").any()).item():
-                norm = s
-            offsets = df.select(has_off.fill_null(False).sum()).item()
-            offsets = "all" if offsets == df.height else "none" if offsets == 0 else None
-        with_off = norm.str.strptime(TS, "%Y-%m-%dT%H:%M:%S%.f%z", strict=False)
-        naive = norm.str.strptime(pl.Datetime("us"), "%Y-%m-%dT%H:%M:%S%.f", strict=False)
+        s = _iso_text()
+        has_off = _iso_has_off()
+        iso = s.str.replace(r"^(\d{4})[-/](\d{2})[-/](\d{2})[T ]", "${1}-${2}-${3}T") if norm else s
+        with_off = iso.str.strptime(TS, "%Y-%m-%dT%H:%M:%S%.f%z", strict=False)
+        naive = iso.str.strptime(pl.Datetime("us"), "%Y-%m-%dT%H:%M:%S%.f", strict=False)
         if offsets == "all":
             return with_off, src(TimeSource.EXACT), None
         if offsets == "none":
@@ -114,24 +130,36 @@ def stamp_columns(stamp: Stamp, df: pl.DataFrame, tz: str) -> pl.DataFrame:
 
     Logs repeat a stamp on consecutive lines (one-second stamps): the expressions run once per run of rows with
     equal stamp groups, and the result is repeated over the run."""
-    if stamp is Stamp.ISO and df.height >= 1024 and df.select(pl.col("stamp").str.contains(ISO_US).all()).item():
+    n = df.height
+    if stamp is Stamp.ISO and n >= 1024:
         # `...T20:17:19.123456+00:00` is `...T20:17:19+00:00` plus 123456 µs: parse the stamps without the
         # fraction (they repeat) and add it
-        whole = df.select((pl.col("stamp").str.slice(0, 19) + pl.col("stamp").str.slice(26)).alias("stamp"))
-        return stamp_columns(stamp, whole, tz).with_columns(pl.col("ts") + pl.duration(
-            microseconds=df.get_column("stamp").str.slice(20, 6).cast(pl.Int64)))
+        split = df.select(pl.col("stamp").str.contains(ISO_US).all().alias("_canonical"),
+                          (pl.col("stamp").str.slice(0, 19) + pl.col("stamp").str.slice(26)).alias("stamp"),
+                          pl.col("stamp").str.slice(20, 6).cast(pl.Int64, strict=False).alias("_us"))
+        if split.get_column("_canonical")[0]:
+            out = stamp_columns(stamp, split.select("stamp"), tz)
+            return out.with_columns(pl.col("ts") + pl.duration(microseconds=split.get_column("_us")))
+    cols = frozenset(df.columns)
+    used = _used(stamp, cols, tz)
+    if n >= 1024 and used:
+        runs = df.select(pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(1)) for c in used)
+                         .fill_null(True).alias("_new")).get_column("_new")
+        if int(runs.sum()) <= n // 4:  # enough repeats to pay for the gather
+            return _stamp_select(stamp, df.filter(runs), tz).gather(runs.cum_sum() - 1)
+    return _stamp_select(stamp, df, tz)
 
-    def columns(frame: pl.DataFrame) -> pl.DataFrame:
-        ts, ts_source, mono = stamp_exprs(stamp, set(frame.columns), tz, frame)
-        return frame.with_columns(ts.alias("ts"), ts_source.alias("ts_source"),
-                                  (mono if mono is not None else pl.lit(None, dtype=pl.Float64)).alias("mono")
-                                  ).select("ts", "ts_source", "mono")
 
-    used = sorted({c for e in stamp_exprs(stamp, set(df.columns), tz) if e is not None for c in e.meta.root_names()})
-    if not used or df.height < 1024:
-        return columns(df)
-    changed = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in used]).fill_null(True)
-    runs = df.select(changed.alias("_new")).get_column("_new")
-    if int(runs.sum()) > df.height // 4:  # too few repeats to pay for the gather
-        return columns(df)
-    return columns(df.filter(runs)).gather(runs.cum_sum() - 1)
+def _stamp_select(stamp: Stamp, df: pl.DataFrame, tz: str) -> pl.DataFrame:
+    ts, ts_source, mono = stamp_exprs(stamp, df.columns, tz, df)
+    exprs = (ts.alias("ts"), ts_source.alias("ts_source"),
+             (mono if mono is not None else pl.lit(None, dtype=pl.Float64)).alias("mono"))
+    if stamp is Stamp.NONE:  # constants only: `select` would give one row
+        return df.with_columns(exprs).select("ts", "ts_source", "mono")
+    return df.select(exprs)
+
+
+@lru_cache(maxsize=512)
+def _used(stamp: Stamp, cols: frozenset[str], tz: str) -> tuple[str, ...]:
+    """The group columns the stamp expressions read."""
+    return tuple(sorted({c for e in stamp_exprs(stamp, cols, tz) if e is not None for c in e.meta.root_names()}))

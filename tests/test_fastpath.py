@@ -265,11 +265,22 @@ POLICY = {"text": "none", "ind": "indented", "any": "any", "one": "none"}
 TEXTS = ["", " ", "x", " x", "\tx", "\u3000x", "x\\", " x\\", "\\", "plain", "Traceback (most recent call last):"]
 
 
-@settings(max_examples=400, deadline=None)
+def test_assembly_equals_the_reference_on_a_seeded_sweep() -> None:
+    rng = random.Random(3)
+    for _ in range(800):
+        rows = [(rng.choice(sorted(POLICY)), rng.choice(TEXTS), rng.randint(0, 3)) for _ in range(rng.randint(1, 40))]
+        _check_assembly(rows, rng.random() < 0.5)
+
+
+@settings(max_examples=200, deadline=None)
 @given(rows=st.lists(st.tuples(st.sampled_from(sorted(POLICY)), st.sampled_from(TEXTS), st.integers(0, 3)),
                      min_size=1, max_size=40),
        final=st.booleans())
 def test_assembly_equals_the_reference(rows: list[tuple[str, str, int]], final: bool) -> None:
+    _check_assembly(rows, final)
+
+
+def _check_assembly(rows: list[tuple[str, str, int]], final: bool) -> None:
     from forensics.parse import ParseContext, _assemble
 
     n = len(rows)

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "fuzz"))
 import common  # noqa: E402
 
 # seconds per atheris harness in `make test` (three harnesses); FORENSICS_FUZZ_SECONDS overrides
-FUZZ_SECONDS = float(os.environ.get("FORENSICS_FUZZ_SECONDS", "14"))
+FUZZ_SECONDS = float(os.environ.get("FORENSICS_FUZZ_SECONDS", "10"))
 
 PIECES = [
     "May 25 20:17:19 h systemd[1]: x.service: Main process exited, code=killed, status=9/KILL",
@@ -35,7 +35,8 @@ PIECES = [
     "2025-05-25T20:17:19+00:00 h kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.",
     "[ 1234.567890] python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0",
     "[2025-05-25 20:17:19 TP0] Scheduler hit an exception: Traceback (most recent call last):",
-    '  File "x.py", line 1, in f', "RuntimeError: CUDA error: out of memory", "torch.OutOfMemoryError: CUDA out of memory.",
+    '  File "x.py", line 1, in f', "RuntimeError: CUDA error: out of memory",
+    "torch.OutOfMemoryError: CUDA out of memory.",
     "", "   ", "\t", "-- Boot 0123456789abcdef0123456789abcdef --",
     "ExecStart=/bin/python -m sglang.launch_server --tp-size 8 --mem-fraction-static 0.90 \\", "  --port 30000",
     "\u25cf x.service - X", "     Active: failed (Result: signal) since Sun 2025-05-25 20:17:19 UTC; 1min ago",
@@ -63,7 +64,7 @@ def log_bytes(draw: st.DrawFn) -> bytes:
     return data
 
 
-SETTINGS = settings(max_examples=int(os.environ.get("FORENSICS_FUZZ_EXAMPLES", "25")), deadline=None,
+SETTINGS = settings(max_examples=int(os.environ.get("FORENSICS_FUZZ_EXAMPLES", "15")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -83,6 +84,19 @@ def test_every_parser_with_the_batch_cut_anywhere(cut: int, data: bytes) -> None
 @given(log_bytes())
 def test_rule_engine_vectorised_and_general_paths_agree(data: bytes) -> None:
     common.tolerate_known(common.check_rules)(data)
+
+
+@pytest.mark.xfail(strict=True, reason="parse.py: a batch cut inside a record continued by a backslash line loses the "
+                   "format of the record before it: parse_lines' carry keeps the lines but not the forward-filled "
+                   "continuation policy, so the next batch does not join the line after the backslash (found by "
+                   "test_every_parser_with_the_batch_cut_anywhere)")
+@pytest.mark.parametrize("cut", [2, 3])
+def test_batch_cut_after_a_backslash_line(cut: int) -> None:
+    lines = ["May 25 20:17:19 h systemd[1]: x.service: Main process exited, code=killed, status=9/KILL",
+             "ExecStart=/bin/python -m sglang.launch_server --tp-size 8 \\",
+             "2025-05-25T20:17:19+00:00 h kernel: NVRM: Xid 79",
+             "May 25 20:17:20 h systemd[1]: y.service: Deactivated successfully."]
+    common.parse_split(lines, "journal-short", cut)
 
 
 PACK_HEAD = "pack: fuzz\nrules:\n  - id: fuzz.one\n    kind: oom_kill\n    severity: error\n    role: cause\n"
@@ -107,7 +121,8 @@ def test_atheris_harnesses_find_nothing_new(tmp_path: Path) -> None:
     """Each harness runs FUZZ_SECONDS; a new finding fails with the input that reproduces it."""
     out = tmp_path / "fuzz.json"
     proc = subprocess.run([sys.executable, str(ROOT / "fuzz" / "run.py"), "--seconds", str(FUZZ_SECONDS),
-                           "--work", str(tmp_path / "work"), "--corpus", str(tmp_path / "corpus"), "--json", str(out)],
+                           "--work", str(tmp_path / "work"), "--corpus", str(tmp_path / "corpus"), "--json", str(out),
+                           "--quick"],
                           capture_output=True, text=True, timeout=FUZZ_SECONDS * 3 * 4 + 300)
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-3000:]

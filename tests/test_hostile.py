@@ -2,8 +2,9 @@
 ones land whole, the exit status is 1, no traceback, and memory stays bounded (peak RSS of the ingest process,
 read with os.wait4).
 
-Sizes: the big file is FORENSICS_TEST_BIG_MB MiB (default 64, to keep `make test` short: log lines, then a NUL hole, as a log copied
-half-written off a crashed machine leaves it); `FORENSICS_TEST_BIG_MB=2048 make test` runs the 2 GB case.
+Sizes: the big file is FORENSICS_TEST_BIG_MB MiB (default 48, to keep `make test` short: log lines, then a NUL
+hole, as a log copied half-written off a crashed machine leaves it); `FORENSICS_TEST_BIG_MB=2048 make test` runs
+the 2 GB case.
 The peak RSS allowed is FORENSICS_TEST_RSS_MB (default 640 MiB), whatever the size.
 
 Unreadable files: the tests run as root, which reads a chmod 000 file anyway. The ingest subprocess therefore
@@ -13,17 +14,18 @@ exec: it stays root, but file modes apply to it. Where that is impossible the un
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import gzip
 import io
 import json
 import os
 import random
-import shutil
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +35,7 @@ import pytest
 
 from forensics.store import Store
 
-BIG_MB = int(os.environ.get("FORENSICS_TEST_BIG_MB", "64"))
+BIG_MB = int(os.environ.get("FORENSICS_TEST_BIG_MB", "48"))
 RSS_LIMIT_MB = int(os.environ.get("FORENSICS_TEST_RSS_MB", "640"))
 TEN_MB = 10 << 20
 
@@ -92,8 +94,6 @@ def run_cli(store: Path, *args: str, drop_dac: bool = False, timeout: float = 90
 
 
 def _wait4(p: subprocess.Popen, timeout: float):  # noqa: ANN202
-    import time
-
     deadline = time.monotonic() + timeout
     while True:
         pid, status, usage = os.wait4(p.pid, os.WNOHANG)
@@ -255,6 +255,8 @@ def test_hostile_inputs_in_one_command(tmp_path: Path) -> None:
     args = [str(tmp_path / "adir") if a.endswith("inner.log") else a for a in args]
     r = run_cli(store, "ingest", *args, drop_dac=True)
     report = f"exit {r.returncode}, peak RSS {r.maxrss_mb:.0f} MiB\n{r.stderr[-4000:]}"
+    print(f"{len(good)} good and {len(bad)} bad inputs ({BIG_MB} MiB in all) in one ingest: exit {r.returncode}, "
+          f"peak RSS {r.maxrss_mb:.0f} MiB")
     assert r.returncode == 1, report
     assert "Traceback" not in r.stderr, report
     for name, path in bad.items():
@@ -369,6 +371,25 @@ def test_truncated_gzip_keeps_the_lines_before_the_cut(tmp_path: Path) -> None:
     assert landed and landed[0]["lines"] >= before - 1, landed
 
 
+# found by fuzz/fuzz_ingest.py: a gzip stream whose deflate data is damaged (not cut short)
+CORRUPT_GZ = base64.b64decode("H4sIAAAAAAACA7MyMDLVNTDVNTINMTKwMjS3MrTUNjCwMjBQyFBITTaMtVKoyiwoSE3hMhpVOKpwSE3hMhp"
+                              "VOKpwVOGowlFU4ajCUYXLCklXCADxtkYSaAYAAA==")
+
+
+@pytest.mark.xfail(strict=True, reason="sources.py head_bytes() catches OSError/EOFError/LZMAError but not "
+                   "zlib.error: a .gz with damaged deflate data (`invalid distance too far back`) ends the whole "
+                   "ingest in a traceback (read_batches does catch it)")
+def test_corrupt_gzip_gets_one_clear_message(tmp_path: Path) -> None:
+    p = tmp_path / "corrupt.log.gz"
+    p.write_bytes(CORRUPT_GZ)
+    good = tmp_path / "good.log"
+    good.write_text(journal_lines(10, "g"))
+    r = run_cli(tmp_path / "store", "ingest", str(p), str(good))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert len(mentions(r.stderr, str(p))) == 1
+    assert [s["path"] for s in sources_json(tmp_path / "store")] == [str(good)]
+
+
 def test_truncated_big_gzip_names_the_line_where_it_ends(tmp_path: Path) -> None:
     """A head larger than the detection sample: the message names the file and the line where it ends."""
     body = journal_lines(60000, "gzbig").encode()
@@ -382,41 +403,14 @@ def test_truncated_big_gzip_names_the_line_where_it_ends(tmp_path: Path) -> None
 
 
 # ------------------------------------------------------------------------------------------------------------
-# each odd but good input on its own
-
-
-@pytest.mark.parametrize("name", ["empty.log", "crlf.log", "invalid-utf8.log", "nul.log", "long-line.log", "adir"])
-def test_odd_input_lands_whole(tmp_path: Path, name: str) -> None:
-    good, _ = make_inputs(tmp_path, big_mb=1)
-    path, lines = good[name]
-    arg = tmp_path / "adir" if name == "adir" else path
-    r = run_cli(tmp_path / "store", "ingest", str(arg))
-    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
-    landed = {s["path"]: s for s in sources_json(tmp_path / "store")}
-    src = landed[str(path)]
-    assert src["lines"] == lines
-    notes = " ".join(src["notes"])
-    if name == "crlf.log":
-        assert "CRLF" in notes
-    if name == "nul.log":
-        assert "NUL" in notes
-    if name == "invalid-utf8.log":
-        assert src["invalid_utf8"] == 1 and "UTF-8" in notes
-    recs = Store(tmp_path / "store").records().collect()
-    assert recs.height == src["records"]
-    if name == "long-line.log":
-        longest = recs["message"].str.len_bytes().max()
-        assert longest is not None and longest >= TEN_MB, "the 10 MB line was cut"
-
-
-# ------------------------------------------------------------------------------------------------------------
 # stamps out of range
 
 
 STAMP_CASES = {
     "1970-and-9999": (b"1970-01-01T00:00:00+00:00 h app[1]: epoch\n9999-12-31T23:59:59+00:00 h app[1]: far\n", None),
     "past-9999-in-utc": (b"9999-12-31T23:59:59-05:00 h app[1]: past year 9999 in UTC\n",
-                         "pipeline._entry/_iso: OverflowError: date value out of range (the UTC time is in year 10000)"),
+                         "pipeline._entry/_iso: OverflowError: date value out of range (the UTC time is in year "
+                         "10000)"),
     "before-year-1-in-utc": (b"0001-01-01T00:00:00+05:00 h app[1]: before year 1 in UTC\n",
                              "pipeline._entry/_iso: ValueError: year 0 is out of range"),
     "year-0": (b"0000-01-01T00:00:00+00:00 h app[1]: year zero\n",
@@ -424,7 +418,8 @@ STAMP_CASES = {
     "journal-json-past-9999": (b'{"__REALTIME_TIMESTAMP":"253402300800000000","MESSAGE":"x"}\n',
                                "pipeline._entry/_iso: OverflowError: date value out of range"),
     "feb30-iso": (b"2025-02-30T12:00:00+00:00 h app[1]: February 30th\n", None),
-    "feb30-beside-dated": (b"2025-05-25T20:00:00+00:00 h app[1]: dated\nFeb 30 12:00:00 h app[1]: no year, no such day\n",
+    "feb30-beside-dated": (b"2025-05-25T20:00:00+00:00 h app[1]: dated\n"
+                           b"Feb 30 12:00:00 h app[1]: no year, no such day\n",
                            None),
 }
 
@@ -503,7 +498,9 @@ def test_big_log_memory_stays_bounded(tmp_path: Path) -> None:
     """FORENSICS_TEST_BIG_MB of log lines (no hole) in one source: peak RSS under FORENSICS_TEST_RSS_MB."""
     p = tmp_path / "big.log"
     lines = write_big(p, BIG_MB << 20, hole=False)
+    t0 = time.monotonic()
     r = run_cli(tmp_path / "store", "ingest", str(p))
+    print(f"{BIG_MB} MiB, {lines} lines: ingest took {time.monotonic() - t0:.1f} s, peak RSS {r.maxrss_mb:.0f} MiB")
     assert r.returncode == 0, r.stderr[-2000:]
     (src,) = sources_json(tmp_path / "store")
     assert src["lines"] == lines and src["records"] == lines
@@ -515,7 +512,7 @@ def test_big_log_memory_stays_bounded(tmp_path: Path) -> None:
                    "a 2 GB hole cannot be ingested")
 def test_nul_hole_memory_stays_bounded(tmp_path: Path) -> None:
     """A NUL hole (a sparse file: what a log copied half-written off a crashed machine ends in) of 1 MiB and of
-    max(16, FORENSICS_TEST_BIG_MB / 4) MiB: the larger hole may not cost more than 64 MiB more memory."""
+    max(12, FORENSICS_TEST_BIG_MB / 4) MiB: the larger hole may not cost more than 64 MiB more memory."""
     def holey(name: str, size: int) -> Run:
         p = tmp_path / name
         with open(p, "wb") as fh:
@@ -528,7 +525,7 @@ def test_nul_hole_memory_stays_bounded(tmp_path: Path) -> None:
         return r
 
     small = holey("small-hole.log", 1 << 20)
-    size = max(16, BIG_MB // 4) << 20
+    size = max(12, BIG_MB // 4) << 20
     big = holey("big-hole.log", size)
     grew = big.maxrss_mb - small.maxrss_mb
     assert grew < 64 and big.maxrss_mb < RSS_LIMIT_MB, (

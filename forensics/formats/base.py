@@ -84,15 +84,23 @@ def group_names(pattern: str) -> tuple[str, ...]:
 def _extract_fast(pattern: str, fast: str, lines: pl.Series) -> pl.DataFrame:
     """`lines.str.extract_groups(pattern)`, with the lines `fast` matches taken from it (see `fast_pattern`)."""
     names = group_names(pattern)
-    groups = lines.str.extract_groups(fast).struct.unnest()
-    head = groups.get_column("_head")
-    groups = groups.with_columns(lines.str.slice(head.str.len_chars()).alias("msg")).select(names)
-    # `pattern` ends in `(?P<msg>.*)$`, which a newline stops; such lines (never read from a file) go the slow way
-    slow = head.is_null() | lines.str.contains("\n", literal=True)
+    line = pl.col("_line")
+    out = (lines.to_frame("_line").lazy()
+           .select(line, line.str.extract_groups(fast).alias("_g")).unnest("_g")
+           # `pattern` ends in `(?P<msg>.*)$`, which a newline stops: such lines (never read from a file) go the
+           # slow way, as do the lines `fast` does not match
+           .with_columns(line.str.slice(pl.col("_head").str.len_chars()).alias("msg"),
+                         (pl.col("_head").is_null() | line.str.contains("\n", literal=True)).alias("_slow"))
+           .collect())
+    groups = pl.DataFrame([out.get_column(n) for n in names])
+    slow = out.get_column("_slow")
     if slow.any():
         idx = slow.arg_true()
-        rest = lines.gather(idx).str.extract_groups(pattern).struct.unnest()
-        groups = pl.DataFrame([groups.get_column(n).scatter(idx, rest.get_column(n)) for n in names])
+        sub = lines.gather(idx)
+        # the fast groups of these lines are null: only lines `pattern` matches, or that hold a newline, change
+        if sub.str.contains(pattern).any() or out.get_column("_head").is_not_null().gather(idx).any():
+            rest = sub.str.extract_groups(pattern).struct.unnest()
+            groups = pl.DataFrame([groups.get_column(n).scatter(idx, rest.get_column(n)) for n in names])
     return groups
 
 

@@ -1,0 +1,367 @@
+"""A store's events for incidents, turned into EventViews only where an incident needs them.
+
+The whole store is looked at once, vectorised: a narrow polars frame of every event (no message, no fields)
+with the hosts and units the logs imply, each event's place in the deterministic order (`seq`), whether it
+is significant, and its *fold session*: the events of one kind and host whose first lines read the same,
+chained by at most DUP_SECONDS. A line seen in several sources can only be folded with events of its own
+session, so a session is the unit of work: asking for some events (`EventSource.load(mask)`) builds the
+EventViews of every session they touch, gives them the unit of their process (`_units_by_pid`, answered
+for the pids at hand by a filtered scan), folds the copies, and keeps the primaries. Asking twice builds
+nothing twice, and what comes back is exactly what preparing every event of the store would give for those
+events: the same EventViews (ids, seq, entities), the same primaries and copies.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+
+import polars as pl
+
+from .correlate import SYSTEMD_KINDS, Correlation, EventView, views
+from .schema import EVENT_SCHEMA
+
+DUP_SECONDS = 2.0                      # the same line in two sources: this close in time
+_DUP_US = int(DUP_SECONDS * 1_000_000) + 1   # sessions break only past this (float rounding of times is < 1 us)
+_TS_RANK = {"exact": 0, "boot_anchored": 1, "zone_assumed": 2, "year_inferred": 3}
+_PREFIX_RX = r"^\[\d{4}-\d{2}-\d{2} [\d:.,]+(?: [A-Z_]+\d+)*\] "
+_PREFIX = re.compile(_PREFIX_RX)
+# what Python's str.strip() strips (str.isspace), so the polars signature is the Python one
+PY_WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+                 "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+UNKNOWN_HOST = "unknown host"
+SLICE_ROWS = 100_000                   # events read at a time when looking at all of them
+_DEBUG = bool(os.environ.get("FORENSICS_DEBUG_LOAD"))
+_INT_TEXT = r"^-?\d+(?:\.0+)?$"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the same line in several sources (the fold), on EventViews
+
+
+def signature(e: EventView) -> str:
+    first = e.message.split("\n", 1)[0].strip()
+    return _PREFIX.sub("", first).strip()
+
+
+def _compatible(a: EventView, b: EventView) -> bool:
+    for ent in ("unit", "pid"):
+        va, vb = a.entities.get(ent), b.entities.get(ent)
+        if va is not None and vb is not None and va != vb:
+            return False
+    return True
+
+
+def _primary_score(e: EventView) -> tuple:
+    return (e.entities.get("unit") is None, e.host is None, _TS_RANK.get(e.ts_source, 5), -len(e.fields),
+            e.path, e.line)
+
+
+def fold_copies(evs: Sequence[EventView]) -> tuple[list[EventView], dict[str, tuple[EventView, ...]]]:
+    """The same line seen in several sources (a kernel line in dmesg and in the journal, a journal tail pasted
+    in a terminal log) becomes one event; the others are kept as its copies (cited as evidence too).
+
+    `evs` in seq order. Each event joins the first group (in the order groups were made) of its kind, host and
+    first line whose first event is within DUP_SECONDS and whose members it is compatible with; groups whose
+    first event is further back than that can take nothing more and are no longer looked at."""
+    groups: list[list[EventView]] = []
+    by_key: dict[tuple[str, str | None, str], list[int]] = {}
+    for e in evs:
+        key = (e.kind, e.host, signature(e))
+        placed = False
+        open_ = by_key.get(key)
+        if open_:
+            if e.t is not None:
+                # events come in time order (timed first): a timed head more than DUP_SECONDS back stays closed
+                drop = 0
+                while drop < len(open_) and groups[open_[drop]][0].t is not None \
+                        and e.t - groups[open_[drop]][0].t > DUP_SECONDS:
+                    drop += 1
+                if drop:
+                    del open_[:drop]
+            for gi in open_:
+                g = groups[gi]
+                head = g[0]
+                same = [x for x in g if x.source_id == e.source_id]
+                if same and (e.kind not in SYSTEMD_KINDS or min(abs(x.line - e.line) for x in same) <= 5):
+                    continue   # the same text twice in one source is two events, unless a pasted journal tail repeats
+                if (head.t is None) != (e.t is None):
+                    continue
+                if head.t is not None and abs(head.t - e.t) > DUP_SECONDS:
+                    continue
+                if all(_compatible(x, e) for x in g):
+                    g.append(e)
+                    placed = True
+                    break
+        if not placed:
+            by_key.setdefault(key, []).append(len(groups))
+            groups.append([e])
+    prim: list[EventView] = []
+    copies: dict[str, tuple[EventView, ...]] = {}
+    for g in groups:
+        g.sort(key=_primary_score)
+        p = g[0]
+        # the primary keeps the richest entities of the group
+        ents = dict(p.entities)
+        for x in g[1:]:
+            for k, v in x.entities.items():
+                ents.setdefault(k, v)
+        if ents != p.entities:
+            p = replace(p, entities=ents, unit=ents.get("unit"))
+        prim.append(p)
+        if len(g) > 1:
+            copies[p.id] = tuple(g[1:])
+    prim.sort(key=lambda e: e.seq)
+    return prim, copies
+
+
+def owners_of(evs: Iterable[EventView], keys: set[tuple[str | None, str]] | None = None
+              ) -> dict[tuple[str | None, str], str]:
+    """(host, pid) -> the unit of the first event (in seq order) about that process that names one."""
+    owner: dict[tuple[str | None, str], str] = {}
+    for e in evs:
+        p, u = e.entities.get("pid"), e.entities.get("unit")
+        if p and u and (keys is None or (e.host, p) in keys):
+            owner.setdefault((e.host, p), u)
+    return owner
+
+
+def with_owner_units(evs: Sequence[EventView], owner: Mapping[tuple[str | None, str], str]) -> list[EventView]:
+    """An event without a unit takes the unit of another event about the same process (host, pid): the OOM
+    kill of pid 48213 in /system.slice/x.service puts `python3[48213]` lines in x.service."""
+    out = []
+    for e in evs:
+        p = e.entities.get("pid")
+        if e.entities.get("unit") is None and p and (e.host, p) in owner:
+            u = owner[(e.host, p)]
+            e = replace(e, unit=u, entities={**e.entities, "unit": u})
+        out.append(e)
+    return out
+
+
+def units_by_pid(evs: list[EventView]) -> list[EventView]:
+    return with_owner_units(evs, owners_of(evs))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# what the correlations can reach
+
+
+def correlation_kinds(corrs: Sequence[Correlation]) -> set[str]:
+    """Every event kind a correlation looks at (anchors, steps, evidence against)."""
+    out: set[str] = set()
+    for c in corrs:
+        for s in c.steps:
+            out.update(s.kinds)
+        for a in c.against:
+            out.update(a.kinds)
+    return out
+
+
+def host_local(corrs: Sequence[Correlation]) -> bool:
+    """True when no correlation can bind events of two hosts: every step but the anchor, and every `against`,
+    joins on the same host (and no folded conclusion lacks a cause event). Incidents of one host then depend on
+    that host's events only."""
+    for c in corrs:
+        if c.fold and c.suspected:
+            return False
+        for s in c.steps:
+            if s.name != c.anchor and "host" not in (s.join if s.join is not None else c.join).same:
+                return False
+        for a in c.against:
+            if "host" not in (a.join if a.join is not None else c.join).same:
+                return False
+    return True
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the store's events
+
+
+def _signature_expr() -> pl.Expr:
+    first = pl.col("message").fill_null("").str.split("\n").list.first().fill_null("")
+    return (first.str.strip_chars(PY_WHITESPACE).str.replace(_PREFIX_RX, "")
+            .str.strip_chars(PY_WHITESPACE))
+
+
+def part_expr() -> pl.Expr:
+    """The host an event's incidents are grouped under (`unknown host` for none)."""
+    host = pl.col("host")
+    return pl.when(host.is_null() | (host == "")).then(pl.lit(UNKNOWN_HOST)).otherwise(host)
+
+
+class EventSource:
+    """The events of a store (a lazy frame with hosts and units filled, and `_row`), prepared on demand.
+
+    `keep` (an expression over the filled events, e.g. on `part_expr()`) leaves out events no incident asked for
+    can depend on (another host's). `load(mask)` (a polars expression over the narrow frame) prepares every
+    event it selects, with what its
+    fold needs, and returns the primaries it selected that were not loaded before, in seq order. `primaries`
+    holds every primary loaded so far (seq -> EventView), `by_id` the same by id, `copies` primary id -> copies.
+    `prepare_view` (optional) is applied to each event after the unit of its process is known and before the
+    fold (the CUDA OOM's load); `finish` (settable) to each primary as it is kept (the GPU of the host)."""
+
+    def __init__(self, lf: pl.LazyFrame, enrich: Callable | None,
+                 prepare_view: Callable[[EventView], EventView] | None = None,
+                 significant_kinds_excluded: Iterable[str] = (), keep: pl.Expr | None = None):
+        names = lf.collect_schema().names()
+        cols = [pl.col(n).cast(t) if n in names else pl.lit(None, dtype=t).alias(n) for n, t in EVENT_SCHEMA.items()]
+        self.lf = lf.select(pl.col("_row"), *cols)
+        self.enrich = enrich
+        self.prepare_view = prepare_view
+        self.finish: Callable[[EventView], EventView] | None = None
+        excluded = list(significant_kinds_excluded)
+        kind = pl.col("kind").fill_null("")
+        exprs = [
+            "_row", "ts", "path", "line", "rule", "kind", "host", "unit", "pid",
+            pl.col("ts").dt.epoch("us").alias("t_us"),
+            part_expr().alias("part"),
+            (~kind.is_in(excluded) & (pl.col("severity").fill_null("info").is_in(["error", "critical"])
+                                      | (pl.col("role").fill_null("context") == "cause"))).alias("significant"),
+            pl.col("fields").fill_null("").str.contains_any(['"sm"', '"gpu_arch"', '"arch"', '"compute_capability"',
+                                                            '"capability"']).alias("archish"),
+            pl.col("fields").fill_null("").str.contains_any(['"unit"', '"cgroup"', '"task_memcg"', '"oom_memcg"'])
+            .alias("unitish"),
+            pl.col("fields").fill_null("").str.contains_any(['"pid"', '"main_pid"']).alias("pidish"),
+            _signature_expr().hash().alias("_sig")]
+        # a slice of rows at a time: only one slice's messages and fields are in memory
+        n = self.lf.select(pl.len()).collect().item()
+        chunks = []
+        for off in range(0, max(n, 1), SLICE_ROWS):
+            lf = self.lf.slice(off, SLICE_ROWS)
+            if keep is not None:
+                lf = lf.filter(keep)
+            chunks.append(lf.select(exprs).collect())
+        narrow = (pl.concat(chunks, how="vertical_relaxed")
+                  .sort(["ts", "path", "line", "rule"], nulls_last=True, maintain_order=True)
+                  .with_row_index("_seq").drop("ts", "rule"))
+        del chunks
+        # fold sessions: kind, host, first line; timed events chained by <= DUP_SECONDS, untimed ones together
+        s = narrow.select("_seq", pl.col("kind").fill_null(""), "host", "_sig", "t_us").sort(
+            ["kind", "host", "_sig", "t_us", "_seq"], nulls_last=True)
+        brk = (pl.col("kind").ne_missing(pl.col("kind").shift(1)) | pl.col("host").ne_missing(pl.col("host").shift(1))
+               | pl.col("_sig").ne_missing(pl.col("_sig").shift(1))
+               | pl.col("t_us").is_null().ne_missing(pl.col("t_us").is_null().shift(1))
+               | ((pl.col("t_us") - pl.col("t_us").shift(1)) > _DUP_US).fill_null(False))
+        sess = s.select("_seq", brk.cum_sum().alias("_sess"))
+        col = pl.Series("_sess", [0] * narrow.height, dtype=sess["_sess"].dtype)
+        col.scatter(sess["_seq"], sess["_sess"])
+        self.narrow = narrow.drop("_sig").with_columns(col)
+        self.done_sessions: set[int] = set()
+        self.primaries: dict[int, EventView] = {}
+        self.by_id: dict[str, EventView] = {}
+        self.copies: dict[str, tuple[EventView, ...]] = {}
+        self.owner: dict[tuple[str | None, str], str | None] = {}
+        self._examined: set[int] = set()           # seqs read as possible owners
+        self._owner_cands: list[tuple[int, str | None, str, str]] = []   # (seq, host, pid, unit) among them
+        self.views_built = 0
+
+    @property
+    def empty(self) -> bool:
+        return self.narrow.height == 0
+
+    def rows(self, mask: pl.Expr) -> pl.DataFrame:
+        return self.narrow.filter(mask)
+
+    def load(self, what: pl.Expr | pl.DataFrame) -> list[EventView]:
+        """Prepare the events `what` selects (a mask over the narrow frame, or a frame of `path` and `line`:
+        the events on those lines), with every event of their fold sessions; the primaries among the
+        selected events, in seq order (prepared now or before)."""
+        if isinstance(what, pl.DataFrame):
+            picked = self.narrow.join(what, on=list(what.columns), how="semi").select("_seq", "_sess")
+        else:
+            picked = self.narrow.filter(what).select("_seq", "_sess")
+        new_sess = set(picked["_sess"].unique().to_list()) - self.done_sessions
+        if new_sess:
+            self.done_sessions |= new_sess
+            rows = self.narrow.filter(pl.col("_sess").is_in(sorted(new_sess)))["_row"]
+            if _DEBUG:
+                print(f"load: picked {picked.height} rows, {len(new_sess)} new sessions, {rows.len()} rows",
+                      file=sys.stderr)
+            self._prepare(rows)
+        return [self.primaries[s] for s in sorted(picked["_seq"].to_list()) if s in self.primaries]
+
+    def remap(self, fn: Callable[[EventView], EventView]) -> None:
+        """Apply `fn` again to every primary kept so far (after what `finish` does changed)."""
+        for seq, e in list(self.primaries.items()):
+            e2 = fn(e)
+            if e2 is not e:
+                self.primaries[seq] = e2
+                self.by_id[e2.id] = e2
+
+    def _fetch(self, rows: pl.Series | list[int]) -> pl.DataFrame:
+        seq = self.narrow.select("_row", "_seq")
+        df = self.lf.filter(pl.col("_row").is_in(pl.Series(rows, dtype=pl.UInt32).implode())).collect()
+        return df.join(seq, on="_row", how="left").drop("_row")
+
+    def _prepare(self, rows: pl.Series) -> None:
+        df = self._fetch(rows)
+        evs = views(df, self.enrich, seq="_seq")
+        self.views_built += len(evs)
+        need = {(e.host, e.entities["pid"]) for e in evs if e.entities.get("unit") is None and e.entities.get("pid")}
+        self._resolve_owners(need - self.owner.keys())
+        owner = {k: v for k in need if (v := self.owner.get(k)) is not None}
+        evs = with_owner_units(evs, owner)
+        if self.prepare_view is not None:
+            evs = [self.prepare_view(e) for e in evs]
+        prim, copies = fold_copies(evs)
+        self.copies.update(copies)
+        for p in prim:
+            if self.finish is not None:
+                p = self.finish(p)
+            self.primaries[p.seq] = p
+            self.by_id[p.id] = p
+
+    def _resolve_owners(self, keys: set[tuple[str | None, str]]) -> None:
+        """The owner unit of each (host, pid): the events that can be about that process (its pid in the pid
+        column, a pid in the fields, or a launch configuration, whose flags become fields) and name a unit (in
+        the unit column, or in their fields) are read once, and the first of them about the process wins, as
+        owners_of would over every event."""
+        if not keys:
+            return
+        hosts = {h for h, _ in keys}
+        ints = sorted({int(p) for _, p in keys if re.fullmatch(r"-?\d{1,18}", p)})
+        host_ok = pl.col("host").is_in([h for h in hosts if h is not None])
+        if None in hosts:
+            host_ok = host_ok | pl.col("host").is_null()
+        config = pl.col("kind") == "server_config"
+        names_unit = (pl.col("unit").is_not_null() & (pl.col("unit") != "")) | pl.col("unitish") | config
+        about = pl.col("pid").is_in(ints) | pl.col("pidish") | config
+        cand = self.narrow.filter(host_ok & names_unit & about & ~pl.col("_seq").is_in(sorted(self._examined)))
+        if _DEBUG:
+            print(f"owners: {len(keys)} keys {sorted(keys, key=str)[:8]}, {cand.height} candidates "
+                  f"{cand.group_by('kind').len().sort('len', descending=True).head(5).rows()}", file=sys.stderr)
+        if cand.height:
+            self._examined.update(cand["_seq"].to_list())
+            evs = views(self._fetch(cand["_row"]), self.enrich, seq="_seq")
+            self.views_built += len(evs)
+            for e in evs:
+                p, u = e.entities.get("pid"), e.entities.get("unit")
+                if p and u:
+                    self._owner_cands.append((e.seq, e.host, p, u))
+            self._owner_cands.sort()
+        found: dict[tuple[str | None, str], str] = {}
+        for _seq, h, p, u in self._owner_cands:
+            if (h, p) in keys:
+                found.setdefault((h, p), u)
+        for k in keys:
+            self.owner[k] = found.get(k)
+
+
+def us(t: float) -> int:
+    """Epoch seconds -> microseconds, rounded down."""
+    return int(t * 1_000_000) if t >= 0 else -int(-t * 1_000_000) - 1
+
+
+def window_mask(t_lo: float, t_hi: float, slack_s: float = 1.0) -> pl.Expr:
+    """Events whose time may fall within [t_lo, t_hi] (a little wider: the exact test is made on the views)."""
+    return pl.col("t_us").is_between(us(t_lo - slack_s), us(t_hi + slack_s))
+
+
+def unit_may_be(units: Sequence[str]) -> pl.Expr:
+    """Events whose unit, once prepared, may be None or one of `units`: a unit in the column is the event's."""
+    u = pl.col("unit")
+    return u.is_null() | (u == "") | u.is_in(list(units))

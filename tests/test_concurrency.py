@@ -1,0 +1,219 @@
+"""Concurrency: four `forensics ingest` processes on one store at once (each with its own files and one file all
+four share), while readers run `timeline --json`, `sources --json`, `events --json` and `report --format json`
+in a loop: every record lands exactly once, and no reader ever sees part of a source (each source a reader
+shows has all its records and events, or is absent).
+
+(test_store.py already covers two concurrent ingests of one file each.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pytest
+from test_hostile import cli, journal_lines
+
+import forensics.pipeline as pipeline
+from forensics.pipeline import IngestOptions, ingest, rescan
+from forensics.store import Store
+from forensics.storecheck import check
+
+ROOT = Path(__file__).resolve().parent.parent
+WRITERS = 4
+ROUNDS = int(os.environ.get("FORENSICS_TEST_CONCURRENT_ROUNDS", "1"))
+
+
+def _files(d: Path) -> tuple[list[list[Path]], Path]:
+    d.mkdir(parents=True, exist_ok=True)
+    shared = d / "shared.log"
+    shared.write_text(journal_lines(5000, "shared", host="node-shared", oom_every=900))
+    per: list[list[Path]] = []
+    for w in range(WRITERS):
+        mine = []
+        for k in range(2):
+            p = d / f"w{w}-{k}.log"
+            p.write_text(journal_lines(3500 + 500 * k, f"w{w}k{k}", host=f"node-{w}", oom_every=700,
+                                       start_minute=60 * (w + 1)))
+            mine.append(p)
+        per.append(mine)
+    return per, shared
+
+
+READS = {"timeline": ["timeline", "--json"], "sources": ["sources", "--json"], "events": ["events", "--json"],
+         "report": ["report", "--incident", "2025-05-25", "--format", "json"]}
+
+
+class Reader(threading.Thread):
+    """Runs read commands in turn until stopped; checks every answer against the reference."""
+
+    def __init__(self, store: Path, kinds: list[str], ref: dict[str, tuple[int, int]]):
+        super().__init__(daemon=True)
+        self.store, self.kinds, self.ref = store, kinds, ref
+        self.stop = threading.Event()
+        self.runs: Counter[str] = Counter()
+        self.seen_sources: set[int] = set()
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            self.kind = self.kinds[i % len(self.kinds)]
+            i += 1
+            r = subprocess.run(cli(self.store, *READS[self.kind]), capture_output=True, text=True)
+            self.runs[self.kind] += 1
+            try:
+                self.check(r)
+            except AssertionError as e:
+                self.errors.append(f"{self.kind} run {self.runs[self.kind]}: {e}")
+
+    def check(self, r: subprocess.CompletedProcess) -> None:
+        assert "Traceback" not in r.stderr, r.stderr[-2000:]
+        if self.kind == "report":
+            # before the first incident lands: exit 1 and "no incident matches"
+            assert r.returncode == 0 or (r.returncode == 1 and "no incident" in r.stderr), r.stderr[-1500:]
+            if r.returncode == 0:
+                doc = json.loads(r.stdout)
+                assert doc["incidents"], "a report without incidents"
+                for inc in doc["incidents"]:
+                    for s in inc["sources"]:
+                        assert (s["records"], ) == (self.ref[s["path"]][0], ), s
+            return
+        rows = json.loads(r.stdout or "[]")
+        # `events` exits 1 when nothing matched (an empty store)
+        assert r.returncode == 0 or (self.kind == "events" and r.returncode == 1 and not rows), r.stderr[-1500:]
+        if self.kind == "sources":
+            for s in rows:
+                assert (s["records"], s["events"]) == self.ref[s["path"]], s["path"]
+            self.seen_sources.add(len(rows))
+        elif self.kind == "timeline":
+            per = Counter(row["path"] for row in rows)
+            for path, n in per.items():
+                assert n == self.ref[path][0], f"{path}: {n} of {self.ref[path][0]} records visible"
+            self.seen_sources.add(len(per))
+        elif self.kind == "events":
+            per = Counter(row["source"] for row in rows)
+            for path, n in per.items():
+                assert n == self.ref[path][1], f"{path}: {n} of {self.ref[path][1]} events visible"
+
+
+class LibraryReader(threading.Thread):
+    """Reads through the library in a tight loop (what every command does first): the manifest, then the
+    records and events of every source it lists, and the whole timeline; each source whole or absent."""
+
+    def __init__(self, store: Path, ref: dict[str, tuple[int, int]]):
+        super().__init__(daemon=True)
+        self.store, self.ref = Store(store), ref
+        self.stop = threading.Event()
+        self.runs = 0
+        self.seen_sources: set[int] = set()
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        from forensics.query import timeline_frame
+
+        while not self.stop.is_set():
+            self.runs += 1
+            try:
+                entries = self.store.sources() if self.store.exists() else []
+                for e in entries:
+                    assert (e.records, e.events) == self.ref[e.path], e.path
+                recs = self.store.records([e.source_id for e in entries]).group_by("path").len().collect()
+                evs = self.store.events([e.source_id for e in entries]).group_by("path").len().collect()
+                for path, n in recs.iter_rows():
+                    assert n == self.ref[path][0], f"{path}: {n} of {self.ref[path][0]} records"
+                for path, n in evs.iter_rows():
+                    assert n == self.ref[path][1], f"{path}: {n} of {self.ref[path][1]} events"
+                tl = timeline_frame(self.store).group_by("path").len()
+                for path, n in tl.iter_rows():
+                    assert n == self.ref[path][0], f"timeline {path}: {n} of {self.ref[path][0]} records"
+                self.seen_sources.add(len(entries))
+            except AssertionError as e:
+                self.errors.append(f"library read {self.runs}: {e}")
+            except Exception as e:  # noqa: BLE001 - a reader must never fail while writers commit
+                self.errors.append(f"library read {self.runs}: {type(e).__name__}: {e}")
+
+
+def test_four_ingests_with_readers(tmp_path: Path) -> None:
+    per, shared = _files(tmp_path / "logs")
+    everything = [p for mine in per for p in mine] + [shared]
+    ref_store = Store(tmp_path / "ref")
+    assert not ingest(ref_store, [str(p) for p in everything], IngestOptions()).failed
+    ref = {e.path: (e.records, e.events) for e in ref_store.sources()}
+    assert len(ref) == len(everything)
+    total_records = sum(r for r, _ in ref.values())
+    stats = []
+    for round_ in range(ROUNDS):
+        s = tmp_path / f"s{round_}"
+        Store(s).init()
+        library = LibraryReader(s, ref)
+        readers = [Reader(s, ["timeline", "sources"], ref), Reader(s, ["events", "report"], ref), library]
+        for r in readers:
+            r.start()
+        t0 = time.monotonic()
+        writers = [subprocess.Popen(cli(s, "ingest", "--quiet", *map(str, mine), str(shared)),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for mine in per]
+        outs = [w.communicate(timeout=600) for w in writers]
+        took = time.monotonic() - t0
+        time.sleep(0.5)   # one more round of reads after the last commit
+        for r in readers:
+            r.stop.set()
+        for r in readers:
+            r.join(timeout=120)
+        codes = [w.returncode for w in writers]
+        assert codes == [0] * WRITERS, [o[1].decode()[-2000:] for o in outs]
+        errors = [e for r in readers for e in r.errors]
+        assert not errors, errors[:5]
+        store = Store(s)
+        got = {e.path: (e.records, e.events) for e in store.sources()}
+        assert got == ref
+        recs = store.records().select("path", "line").collect()
+        assert recs.height == total_records
+        assert recs.unique().height == total_records, "a record landed twice"
+        assert recs.filter(pl.col("path") == str(shared)).height == ref[str(shared)][0]
+        res = check(s, min_age=0)
+        assert res.ok, [p.line() for p in res.problems]
+        stats.append((took, {**dict(sum((r.runs for r in readers[:2]), Counter())), "library": library.runs},
+                      sorted(set().union(*(r.seen_sources for r in readers)))))
+    for took, runs, seen in stats:
+        print(f"{WRITERS} concurrent ingests ({len(everything)} files, {total_records} records, one file in all four) "
+              f"in {took:.1f} s; reads meanwhile: {runs}; source counts seen by readers: {seen}")
+    # the readers really overlapped the writes: some saw a store with part of the sources
+    assert any(0 < n < len(everything) for _, _, seen in stats for n in seen), stats
+
+
+@pytest.mark.xfail(strict=True, reason="pipeline.rescan() snapshots each SourceEntry before matching and writes "
+                   "it back whole with store.update(replace(e, events=...)): an update another process made "
+                   "meanwhile (the dmesg anchoring at the end of a concurrent ingest) is lost; the manifest then "
+                   "says monotonic_only and no first_ts while the records file holds anchored times, and the events "
+                   "carry no times. Re-read the entry under the lock and change only `events`, and match the "
+                   "records the entry describes")
+def test_rescan_does_not_undo_a_concurrent_anchoring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dmesg, journal = ROOT / "samples" / "incident" / "dmesg.log", ROOT / "samples" / "incident" / "journal-eagle3.log"
+    store = Store(tmp_path / "s")
+    assert not ingest(store, [str(dmesg)], IngestOptions()).failed
+    (before,) = store.sources()
+    assert before.first_ts is None and before.ts_sources.get("monotonic_only")
+    real = pipeline.match_events
+    done = []
+
+    def other_process_meanwhile(records, rules):  # noqa: ANN001, ANN202
+        if not done:   # while rescan matches dmesg.log, another ingest lands the journal and anchors dmesg.log
+            done.append(True)
+            assert not ingest(Store(tmp_path / "s"), [str(journal)], IngestOptions()).failed
+        return real(records, rules)
+
+    monkeypatch.setattr(pipeline, "match_events", other_process_meanwhile)
+    rescan(store, IngestOptions())
+    entry = {e.path: e for e in store.sources()}[str(dmesg)]
+    recs = store.records([entry.source_id]).collect()
+    assert recs["ts"].drop_nulls().len() > 0, "the anchoring did not happen"
+    assert entry.first_ts is not None and entry.ts_sources.get("boot_anchored"), entry
+    events = store.events([entry.source_id]).collect()
+    assert events["ts"].drop_nulls().len() == events.height, "events of anchored records without times"
