@@ -1,6 +1,7 @@
 """`forensics incidents [SPEC] [--date YYYY-MM-DD] [--gap MIN] [--json]`: the incidents of the store.
 
-Thin: build the incidents (forensics.incidents), select, print. Data on stdout, messages on stderr.
+Thin: find the incidents (forensics.incidents: only the hosts a SPEC can name are looked at, and the plain
+listing builds no more than ids and root causes), print. Data on stdout, messages on stderr.
 Exit codes: 0 incidents listed, 1 none matched, 2 could not run (store, rule or correlation errors).
 """
 
@@ -10,7 +11,7 @@ import sys
 
 import click
 
-from .incidents import DEFAULT_GAP_MINUTES, IncidentNotFound, build_incidents, incidents_json, select_incidents
+from .incidents import DEFAULT_GAP_MINUTES, IncidentNotFound, find_incidents, incidents_json
 from .model import Incident
 
 
@@ -47,15 +48,11 @@ def register(group: click.Group) -> None:
                        err=True)
             sys.exit(2)
         try:
-            found = build_incidents(store, gap)
+            # the listing needs only what ids take (no events, configuration or environment): skeletons
+            found = find_incidents(store, [s for s in (spec, date) if s], gap, full=as_json)
         except (StoreError, CorrelationError, KnowledgeError, RulePackError) as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(2)
-        try:
-            if spec:
-                found = select_incidents(found, spec)
-            if date:
-                found = select_incidents(found, date)
         except IncidentNotFound as e:
             click.echo(f"error: {e}", err=True)
             if as_json:

@@ -45,7 +45,7 @@ import json
 import re
 import string
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -1058,32 +1058,48 @@ def _us(t: datetime) -> int:
 class _SpanGroup:
     """The timed spans of one path and class of log, for counting those that overlap a window (times in
     microseconds): n - (ended before it) - (started after it), by bisection; the distinct units likewise (a
-    unit's spans as one interval when they touch; a unit whose spans leave gaps is checked span by span).
-    `order`: (unit, first, last) of the spans in coverage order, for naming the units."""
+    unit's spans as one interval when they touch, `u_firsts`/`u_lasts`; a unit whose spans leave gaps,
+    `multi`, is checked span by span). `units()`: unit -> its intervals; `order()`: (unit, first, last) of the
+    spans in coverage order, for naming the units (both made when first asked for)."""
 
-    def __init__(self, firsts: list[int], lasts: list[int], units: dict[str, list[tuple[int, int]]],
-                 order: list[tuple[str | None, int, int]]):
-        self.firsts = sorted(firsts)
-        self.lasts = sorted(lasts)
-        self.by_unit = units
-        self.order = order
+    def __init__(self, firsts: list[int], lasts: list[int], u_firsts: list[int], u_lasts: list[int],
+                 multi: list[list[tuple[int, int]]],
+                 units: Callable[[], dict[str, list[tuple[int, int]]]],
+                 order: Callable[[], list[tuple[str | None, int, int]]]):
+        self.firsts, self.lasts, self.u_firsts, self.u_lasts, self.multi = firsts, lasts, u_firsts, u_lasts, multi
+        self._units_fn, self._order_fn = units, order
+        self._units: dict[str, list[tuple[int, int]]] | None = None
+        self._order: list[tuple[str | None, int, int]] | None = None
+
+    @classmethod
+    def of(cls, timed: Sequence[tuple[str | None, int, int]], log: str) -> _SpanGroup:
+        """From the (unit, first, last) of the timed spans, in coverage order."""
+        units: dict[str, list[tuple[int, int]]] = {}
+        if log != "kernel":
+            for u, a, z in timed:
+                if u:
+                    units.setdefault(u, []).append((a, z))
         single: list[tuple[int, int]] = []
-        self.multi: list[list[tuple[int, int]]] = []
+        multi: list[list[tuple[int, int]]] = []
         for v in units.values():
-            if len(v) == 1:
-                single.append(v[0])
-                continue
-            iv = sorted(v)
-            lo, hi = iv[0]
-            for a, z in iv[1:]:
-                if a > hi:
-                    self.multi.append(v)
-                    break
-                hi = max(hi, z)
+            span = _one_interval(v)
+            if span is None:
+                multi.append(v)
             else:
-                single.append((lo, hi))
-        self.u_firsts = sorted(a for a, _ in single)
-        self.u_lasts = sorted(z for _, z in single)
+                single.append(span)
+        order = list(timed)
+        return cls(sorted(a for _, a, _ in timed), sorted(z for _, _, z in timed), sorted(a for a, _ in single),
+                   sorted(z for _, z in single), multi, lambda: units, lambda: order)
+
+    def units(self) -> dict[str, list[tuple[int, int]]]:
+        if self._units is None:
+            self._units = self._units_fn()
+        return self._units
+
+    def order(self) -> list[tuple[str | None, int, int]]:
+        if self._order is None:
+            self._order = self._order_fn()
+        return self._order
 
     @staticmethod
     def _count(firsts: list[int], lasts: list[int], since: int, until: int) -> int:
@@ -1097,6 +1113,17 @@ class _SpanGroup:
         return _WindowUnits(self, since, until, n)
 
 
+def _one_interval(iv: Sequence[tuple[int, int]]) -> tuple[int, int] | None:
+    """The union of intervals when it is one interval (they touch or overlap), else None."""
+    iv = sorted(iv)
+    lo, hi = iv[0]
+    for a, z in iv[1:]:
+        if a > hi:
+            return None
+        hi = max(hi, z)
+    return lo, hi
+
+
 class _WindowUnits:
     """The distinct units of the spans of a _SpanGroup overlapping a window: their number, membership, and
     (iterating) the units themselves in span order."""
@@ -1108,10 +1135,11 @@ class _WindowUnits:
         return self.n
 
     def __contains__(self, unit: object) -> bool:
-        return any(a <= self.until and z >= self.since for a, z in self.group.by_unit.get(unit, ()))  # type: ignore[call-overload]
+        return any(a <= self.until and z >= self.since for a, z in self.group.units().get(unit, ()))  # type: ignore[call-overload]
 
     def __iter__(self):  # noqa: ANN204
-        return iter(dict.fromkeys(u for u, a, z in self.group.order if u and u in self.group.by_unit
+        units = self.group.units()
+        return iter(dict.fromkeys(u for u, a, z in self.group.order() if u and u in units
                                   and a <= self.until and z >= self.since))
 
 
@@ -1129,25 +1157,20 @@ class _HostSpans:
         for s in spans:
             if s.last is not None and (s.path not in reach or s.last > reach[s.path]):
                 reach[s.path] = s.last
-        acc: dict[tuple[str, str], tuple[list[int], list[int], dict[str, list[tuple[int, int]]], list]] = {}
+        acc: dict[tuple[str, str], list[tuple[str | None, int, int]]] = {}
         for s in spans:
-            g = acc.setdefault((s.path, s.log), ([], [], {}, []))
-            if s.first is None or s.last is None:
-                continue
-            a, z = _us(s.first), _us(s.last)
-            g[0].append(a)
-            g[1].append(z)
-            g[3].append((s.unit, a, z))
-            if s.unit and s.log != "kernel":
-                g[2].setdefault(s.unit, []).append((a, z))
+            g = acc.setdefault((s.path, s.log), [])
+            if s.first is not None and s.last is not None:
+                g.append((s.unit, _us(s.first), _us(s.last)))
         return cls([s for s in spans if s.log == "kernel"],
                    [s for s in spans if s.log == "service" and s.first is not None and s.last is not None],
-                   reach, {k: _SpanGroup(*v) for k, v in acc.items()})
+                   reach, {k: _SpanGroup.of(v, k[1]) for k, v in acc.items()})
 
     @classmethod
     def of_frame(cls, df: pl.DataFrame) -> _HostSpans:
         """The same from a frame of spans (path, format, host, log, unit, first, last, records, untimed) in
-        coverage order, without making an object of each span."""
+        coverage order, without making an object of each span: the sorted times and the units' intervals
+        are gathered by polars."""
         def objs(part: pl.DataFrame) -> list[SourceSpan]:
             return [SourceSpan(path=r["path"], format=r["format"] or "", host=r["host"], log=r["log"], unit=r["unit"],
                                first=r["first"], last=r["last"], records=r["records"], untimed=r["untimed"])
@@ -1160,17 +1183,40 @@ class _HostSpans:
         reach = dict(zip(r["path"].to_list(), r["last"].to_list()))
         timed = df.filter(pl.col("first").is_not_null() & pl.col("last").is_not_null()).select(
             "path", "log", "unit", pl.col("first").dt.epoch("us").alias("a"), pl.col("last").dt.epoch("us").alias("z"))
-        acc: dict[tuple[str, str], tuple[list[int], list[int], dict[str, list[tuple[int, int]]], list]] = {}
-        for key in df.select("path", "log").unique(maintain_order=True).iter_rows():
-            acc[key] = ([], [], {}, [])  # type: ignore[index]
-        for path, log, unit, a, z in timed.iter_rows():
-            g = acc[(path, log)]
-            g[0].append(a)
-            g[1].append(z)
-            g[3].append((unit, a, z))
-            if unit and log != "kernel":
-                g[2].setdefault(unit, []).append((a, z))
-        return cls(kernel, service, reach, {k: _SpanGroup(*v) for k, v in acc.items()})
+        times = timed.group_by("path", "log").agg(pl.col("a").sort(), pl.col("z").sort())
+        named = (timed.filter(pl.col("unit").is_not_null() & (pl.col("unit") != "") & (pl.col("log") != "kernel"))
+                 .group_by("path", "log", "unit").agg(pl.len().alias("n"), pl.col("a").min(), pl.col("z").max(),
+                                                      pl.col("a").alias("as"), pl.col("z").alias("zs")))
+        ones = named.filter(pl.col("n") == 1).group_by("path", "log").agg(pl.col("a").sort(), pl.col("z").sort())
+        single: dict[tuple[str, str], tuple[list[int], list[int]]] = {
+            (p, lg): (a, z) for p, lg, a, z in ones.iter_rows()}
+        more: dict[tuple[str, str], tuple[list[tuple[int, int]], list[list[tuple[int, int]]]]] = {}
+        for p, lg, _u, _n, _a, _z, a_s, z_s in named.filter(pl.col("n") > 1).iter_rows():
+            iv = list(zip(a_s, z_s))
+            one = _one_interval(iv)
+            m = more.setdefault((p, lg), ([], []))
+            if one is None:
+                m[1].append(iv)
+            else:
+                m[0].append(one)
+
+        def units_of(path: str, log: str) -> Callable[[], dict[str, list[tuple[int, int]]]]:
+            return lambda: {u: list(zip(a_s, z_s)) for u, a_s, z_s in named.filter(
+                (pl.col("path") == path) & (pl.col("log") == log)).select("unit", "as", "zs").iter_rows()}
+
+        def order_of(path: str, log: str) -> Callable[[], list[tuple[str | None, int, int]]]:
+            return lambda: list(timed.filter((pl.col("path") == path) & (pl.col("log") == log))
+                                .select("unit", "a", "z").iter_rows())
+
+        groups = {(p, lg): _SpanGroup([], [], [], [], [], dict, list) for p, lg in df.select("path", "log").unique().iter_rows()}
+        for p, lg, a, z in times.iter_rows():
+            uf, ul = single.get((p, lg), ([], []))
+            extra, multi = more.get((p, lg), ([], []))
+            if extra:
+                uf = sorted([*uf, *(x for x, _ in extra)])
+                ul = sorted([*ul, *(y for _, y in extra)])
+            groups[(p, lg)] = _SpanGroup(a, z, uf, ul, multi, units_of(p, lg), order_of(p, lg))
+        return cls(kernel, service, reach, groups)
 
     def window(self, since: datetime, until: datetime) -> dict[str, dict[str, _WindowUnits]]:
         lo, hi = _us(since), _us(until)

@@ -75,7 +75,7 @@ class LocalMatcher:
                 role = s.name == c.cause or s.name in c.explains
                 for k in dict.fromkeys(s.kinds):
                     self.steps_of.setdefault(k, []).append((c, s, role))
-        self._index: dict[tuple[str, tuple[str, ...]], dict[tuple[str, ...] | None, tuple[list[float], list[EventView]]]] = {}
+        self._index: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[tuple[str, ...] | None, tuple[list[float], list[EventView]]]] = {}
         self.asked: set[int] = set()
         self.pending: list[EventView] = []
         self.matches: list[Match] = []
@@ -101,7 +101,7 @@ class LocalMatcher:
 
     def _anchors(self, c: Correlation, same: tuple[str, ...]) -> dict[tuple[str, ...] | None, tuple[list[float], list[EventView]]]:
         """The timed anchor events of `c` by the values of the entities `same` (None: not all known)."""
-        key = (c.id, same)
+        key = (tuple(dict.fromkeys(c.step(c.anchor).kinds)), same)
         idx = self._index.get(key)
         if idx is None:
             groups: dict[tuple[str, ...] | None, list[EventView]] = {}

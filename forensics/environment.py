@@ -43,6 +43,15 @@ PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("sm", re.compile(r"capability (sm_\d{2,3})"), "{}"),
     ("interconnect", re.compile(r"(PCIe-only) GPUs"), "PCIe only (SGLang: custom allreduce disabled on PCIe-only GPUs)"),
 )
+assert len(PATTERNS) == 14
+# a literal each pattern needs (the same index as PATTERNS): a line without it cannot match, and the pattern
+# is not run; case-insensitive ones (True) are looked for in the lower-cased line when it is ASCII
+_NEEDS: tuple[tuple[str, bool], ...] = (
+    ("Linux version ", False), ("NVRM: loading NVIDIA UNIX ", False), ("Driver Version:", False),
+    ("CUDA Version:", False), ("Cuda compilation tools, release ", False), ("+cu", False), ("/usr/local/cuda-", False),
+    ("torch", True), ("flashinfer", True), (".cache/flashinfer/", False), ("sglang", True), ("-packages/", False),
+    ("capability sm_", False), ("PCIe-only GPUs", False),
+)
 _PCI = re.compile(r"(?:^nvidia |NVRM: GPU at PCI:|NVRM: Xid \(PCI:|NVRM: GPU )([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})")
 _AVAIL = re.compile(r"Load weight begin\. avail mem=(\d+(?:\.\d+)?) GB")
 _NVCC_REJECTS = re.compile(r"Unsupported gpu architecture '(compute_\d{2,3}[af]?)'")
@@ -88,17 +97,20 @@ def fingerprint_records(records: pl.DataFrame, evs: Sequence[EventView], kn: Kno
     for message, path, line in rows:
         where = f"{path}:{line}"
         for ln in (message or "").split("\n"):
-            for key, rx, out in PATTERNS:
+            low = ln.lower() if ln.isascii() else None
+            for (key, rx, out), (lit, ci) in zip(PATTERNS, _NEEDS):
+                if (lit not in low if ci and low is not None else not ci and lit not in ln):
+                    continue
                 m = rx.search(ln)
                 if m:
                     found[key] = (out.format(m.group(1)), where)      # the last occurrence wins
-            m = _PCI.search(ln)
+            m = _PCI.search(ln) if ln.startswith("nvidia ") or "NVRM: " in ln else None
             if m:
                 pcis.setdefault(m.group(1).lower(), where)
-            m = _AVAIL.search(ln)
+            m = _AVAIL.search(ln) if "avail mem=" in ln else None
             if m:
                 avail.append(float(m.group(1)))
-            m = _NVCC_REJECTS.search(ln)
+            m = _NVCC_REJECTS.search(ln) if "Unsupported gpu architecture '" in ln else None
             if m:
                 nvcc_rejects[m.group(1)] = where
             g = kn.gpu(ln) if "NVIDIA" in ln or "RTX" in ln or "Tesla" in ln else None

@@ -53,7 +53,9 @@ from .correlate_store import (
     EventSource,
     correlation_kinds,
     fold_copies,
+    UNKNOWN_HOST,
     host_local,
+    part_expr,
     signature,
     unit_may_be,
     units_by_pid,
@@ -90,6 +92,8 @@ class Prepared:
     host_sources: Mapping[str, tuple[str, ...]]  # host -> source ids with records of it
     single_host: bool
     host_paths: Mapping[str | None, set[str]] = field(default_factory=dict)  # host -> paths of its spans
+    parts: tuple[str, ...] = ()               # every host incidents can be grouped under
+    kept: frozenset[str] | None = None        # the hosts whose events `source` holds (None: all)
 
     @property
     def spans(self) -> tuple[SourceSpan, ...]:
@@ -135,12 +139,29 @@ def _constant(path, names: Sequence[str]) -> dict[str, str] | None:  # noqa: ANN
 RECORD_SLICE = 500_000                 # records grouped at a time
 
 
-def _record_tables(store) -> tuple[pl.DataFrame, pl.DataFrame]:  # noqa: ANN001
+def _record_hosts(store) -> pl.DataFrame:  # noqa: ANN001
+    """(source_id, path, host) as the records have them (distinct): the hosts of each file."""
+    out = []
+    for sid in dict.fromkeys(e.source_id for e in store.sources()):
+        f = store.records_file(sid)
+        same = _constant(f, ("source_id", "path")) if f.exists() else None
+        lf = store.records([sid])
+        if same is not None:
+            out.append(lf.select(pl.col("host").unique()).collect().select(
+                pl.lit(same["source_id"]).alias("source_id"), pl.lit(same["path"]).alias("path"), "host"))
+        else:
+            out.append(lf.select("source_id", "path", "host").unique().collect())
+    out.append(store.records().select("source_id", "path", "host").clear().collect())
+    return pl.concat(out, how="vertical_relaxed")
+
+
+def _record_tables(store, hosts: pl.Expr | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:  # noqa: ANN001
     """(spans per source/host/class/unit, units named by each source's systemd lines), a slice of a source
     at a time, so memory holds one slice's columns. Records are first counted per (host, ident, unit, format)
     as they are, the class of log is given to those few groups, and the spans are their sums (the format of a
     span is that of its first record); the source id and path are not read when the file's statistics show
-    them the same on every record."""
+    them the same on every record. `hosts` (an expression on the records) keeps the spans of some hosts only
+    (the units named are every host's)."""
     spans: list[pl.DataFrame] = []
     units: list[pl.DataFrame] = []
     cols = ["source_id", "path", "format", "host", "ident", "unit", "ts"]
@@ -157,7 +178,10 @@ def _record_tables(store) -> tuple[pl.DataFrame, pl.DataFrame]:  # noqa: ANN001
         named: list[pl.DataFrame] = []
         for off in range(0, n, RECORD_SLICE):
             sl = lf.slice(off, RECORD_SLICE)
-            parts.append(sl.with_row_index("_i", offset=off).group_by(keys).agg(
+            grp = sl.with_row_index("_i", offset=off)
+            if hosts is not None:
+                grp = grp.filter(hosts)
+            parts.append(grp.group_by(keys).agg(
                 pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"), pl.len().alias("records"),
                 pl.col("ts").is_null().sum().alias("untimed"), pl.col("_i").min()).collect())
             named.append(sl.filter(systemd).select("source_id", "unit").unique().collect())
@@ -180,21 +204,22 @@ def _record_tables(store) -> tuple[pl.DataFrame, pl.DataFrame]:  # noqa: ANN001
     return spans_df, pl.concat(units, how="vertical_relaxed")
 
 
-def prepare(store, kn: Knowledge) -> Prepared:  # noqa: ANN001
+def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] | None = None) -> Prepared:  # noqa: ANN001
     """Hosts and units filled where the logs imply them (vectorised, over every event and record), the
-    coverage of the sources; the events themselves are prepared on demand (Prepared.source)."""
+    coverage of the sources; the events themselves are prepared on demand (Prepared.source). `only` (given
+    every host an incident can be grouped under) names the hosts whose events are wanted (None: all)."""
     sources = tuple(store.sources())
     raw = store.events()
-    spans_df, units_df = _record_tables(store)
+    rec = _record_hosts(store).sort("path", "host", nulls_last=True)
     ev_hosts, ev_units = pl.collect_all([raw.select(pl.col("host").unique()),
                                          raw.select(pl.col("unit").drop_nulls().unique())])
     assumptions: list[tuple[str, Gap]] = []
     # -- hosts: one host in the store fills the files that name none; several: each such file is its own
-    hosts = sorted({h for h in spans_df["host"].to_list() if h} | {h for h in ev_hosts["host"].to_list() if h}
+    hosts = sorted({h for h in rec["host"].to_list() if h} | {h for h in ev_hosts["host"].to_list() if h}
                    | {e.host for e in sources if e.host})
     single = len(hosts) == 1
-    with_host = {p for p, h in zip(spans_df["path"].to_list(), spans_df["host"].to_list()) if h is not None}
-    hostless = sorted({p for p, h in zip(spans_df["path"].to_list(), spans_df["host"].to_list())
+    with_host = {p for p, h in zip(rec["path"].to_list(), rec["host"].to_list()) if h is not None}
+    hostless = sorted({p for p, h in zip(rec["path"].to_list(), rec["host"].to_list())
                        if h is None and p not in with_host})
     if single:
         fill_host = pl.col("host").fill_null(pl.lit(hosts[0]))
@@ -217,20 +242,30 @@ def prepare(store, kn: Knowledge) -> Prepared:  # noqa: ANN001
                                why=(f"{', '.join(hostless)} name{'s' if len(hostless) == 1 else ''} no host; taken to be "
                                     f"{hosts[0]}, the only host in the store."), commands=()))
                        for p in hostless]
+    # -- the hosts asked for: their records' spans (and those without a host) are all that is read
+    parts = sorted(raw.with_columns(fill_host.alias("host")).select(part_expr().unique()).collect()
+                   .to_series().to_list())
+    kept = only(parts) if only is not None else None
+    real = sorted(p for p in kept if not p.startswith(UNKNOWN_HOST)) if kept is not None else []
+    spans_df, units_df = _record_tables(store, None if kept is None else
+                                        pl.col("host").is_in(real) | pl.col("host").is_null() | (pl.col("host") == ""))
     spans_df = spans_df.with_columns(fill_host.alias("host"))
     # -- units: a source whose systemd lines name one unit (`journalctl -u X`), or named after a unit
-    known_units = set(ev_units["unit"].to_list()) | set(spans_df["unit"].drop_nulls().to_list())
     # a journal whose systemd lines name one unit (`journalctl -u X`): its other journal lines are X's
     journal_unit: dict[str, str] = {}
     for sid, us in zip(units_df["source_id"].to_list(), units_df["unit"].to_list()):
         if len(us) == 1:
             journal_unit[sid] = us[0]
-    # a file named after a unit (`sglang-k26.log` for sglang-k26.service): its lines are that unit's
+    # a file named after a unit (`sglang-k26.log` for sglang-k26.service): its lines are that unit's (a unit some
+    # event or record names)
+    paths = dict(zip(rec["source_id"].to_list(), rec["path"].to_list()))
+    cands = {sid: f"{PurePath(p).name.rsplit('.', 1)[0]}.service" for sid, p in paths.items()}
+    known_units = set(ev_units["unit"].to_list()) | set(
+        store.records().filter(pl.col("unit").is_in(sorted(set(cands.values())))).select(pl.col("unit").unique())
+        .collect().to_series().to_list())
     file_unit: dict[str, str] = {}
-    paths = dict(zip(spans_df["source_id"].to_list(), spans_df["path"].to_list()))
     for sid, p in sorted(paths.items()):
-        stem = PurePath(p).name.rsplit(".", 1)[0]
-        cand = f"{stem}.service"
+        cand = cands[sid]
         if sid not in journal_unit and cand in known_units and not p.endswith(".service"):
             file_unit[sid] = cand
             assumptions.append((p, Gap(what=f"The unit of {p}",
@@ -250,7 +285,8 @@ def prepare(store, kn: Knowledge) -> Prepared:  # noqa: ANN001
     def load(e: EventView) -> EventView:
         return _with_load(store, e) if e.kind == "cuda_oom" and e.t is not None else e
 
-    source = EventSource(events, enricher(kn), prepare_view=load, significant_kinds_excluded=CONTEXT_KINDS)
+    source = EventSource(events, enricher(kn), prepare_view=load, significant_kinds_excluded=CONTEXT_KINDS,
+                         keep=part_expr().is_in(sorted(kept)) if kept is not None else None)
     coverage = Coverage.from_frame(spans_df.select("path", "format", "host", "log", "unit", "first", "last",
                                                    "records", "untimed"))
     host_sources: dict[str, list[str]] = {}
@@ -263,7 +299,7 @@ def prepare(store, kn: Knowledge) -> Prepared:  # noqa: ANN001
     return Prepared(source=source, coverage=coverage,
                     assumptions=tuple(assumptions), sources=sources,
                     host_sources={h: tuple(v) for h, v in host_sources.items()}, single_host=single,
-                    host_paths=host_paths)
+                    host_paths=host_paths, parts=tuple(parts), kept=frozenset(kept) if kept is not None else None)
 
 
 _BATCH = re.compile(r"#running-req: (\d+)")
@@ -634,15 +670,16 @@ class _Builder:
     """Incidents of one store: the events they need are read and prepared on demand (Prepared.source)."""
 
     def __init__(self, store, gap_minutes: float = DEFAULT_GAP_MINUTES,  # noqa: ANN001
-                 correlations: Sequence[Correlation] | None = None, knowledge: Knowledge | None = None):
+                 correlations: Sequence[Correlation] | None = None, knowledge: Knowledge | None = None,
+                 specs: Sequence[str] = ()):
         self.store = store
         self.kn = knowledge if knowledge is not None else load_knowledge()
         self.corrs = tuple(correlations if correlations is not None else load_correlations())
         self.gap_s = gap_minutes * 60.0
-        self.prep = prepare(store, self.kn)
+        self.local = host_local(self.corrs)
+        self.prep = prepare(store, self.kn, (lambda parts: candidates(specs, parts)) if specs and self.local else None)
         self.src = self.prep.source
         self.kinds = correlation_kinds(self.corrs) | ARCH_KINDS | {"server_config", "cuda_oom"}
-        self.local = host_local(self.corrs)
         self.envs: dict[str, Fingerprint] = {}
         self.host_gpus: dict[str, tuple[str | None, str]] = {}
         self.gpu_hosts: set[str] = set()
@@ -669,19 +706,13 @@ class _Builder:
         if asks:
             self.envs.update(fingerprints(self.store, asks, self.kn))
 
-    @property
-    def partitions(self) -> list[str]:
-        return sorted(set(self.src.narrow["part"].to_list()))
-
-    def skeletons(self, parts: set[str] | None = None) -> list[_Skeleton]:
-        """The incidents of the hosts `parts` (None: all; a host's incidents depend on its events only when
-        the correlations are host_local) as skeletons, ids final, in order."""
+    def skeletons(self) -> list[_Skeleton]:
+        """The incidents of the hosts whose events the builder holds (Prepared.kept: a host's incidents depend
+        on its events only, when the correlations are host_local) as skeletons, ids final, in order."""
         src = self.src
         if src.empty:
             return []
-        if parts is not None and not self.local:
-            parts = None
-        on = pl.col("part").is_in(sorted(parts)) if parts is not None else pl.lit(True)
+        on = pl.lit(True)
         evs = src.load(on & (pl.col("kind").is_in(sorted(self.kinds)) | pl.col("significant") | pl.col("archish")
                              | (pl.col("t_us").is_null() & pl.col("kind").is_in(sorted(KERNEL_KINDS)))))
         # the GPU named by the logs makes architecture statements name it (only when it matters)
@@ -864,21 +895,20 @@ class _Builder:
                 environment=fp.as_dict(), gaps=tuple(gaps), sources=_source_infos(self.prep, c.host)))
         return out
 
-    # -- which hosts can hold the incidents a spec names
-    def candidates(self, specs: Sequence[str]) -> set[str] | None:
-        """The hosts whose incidents may match every spec (None: any host may)."""
-        if not self.local:
-            return None
-        out: set[str] | None = None
-        for spec in specs:
-            m = re.match(r"^(?:\d{4}-\d{2}-\d{2}|undated)-(.*)$", spec.strip(), re.S)
-            if _DATE.match(spec.strip()) or not m:
-                continue
-            body = m.group(1)
-            parts = {p for p in self.partitions
-                     if (_host_slug(p) + "-").startswith(body) or body.startswith(_host_slug(p) + "-")}
-            out = parts if out is None else out & parts
-        return out
+
+
+def candidates(specs: Sequence[str], parts: Sequence[str]) -> set[str] | None:
+    """The hosts (of `parts`) whose incidents may match every spec: an id is `<date>-<host>-<unit>`, so a full
+    id or a prefix of one longer than its date names the host (None: any host may, e.g. for a date)."""
+    out: set[str] | None = None
+    for spec in specs:
+        m = re.match(r"^(?:\d{4}-\d{2}-\d{2}|undated)-(.*)$", spec.strip(), re.S)
+        if _DATE.match(spec.strip()) or not m:
+            continue
+        body = m.group(1)
+        found = {p for p in parts if (_host_slug(p) + "-").startswith(body) or body.startswith(_host_slug(p) + "-")}
+        out = found if out is None else out & found
+    return out
 
 
 def build_incidents(store, gap_minutes: float = DEFAULT_GAP_MINUTES, *,  # noqa: ANN001
@@ -928,8 +958,7 @@ def find_incidents(store, specs: Sequence[str], gap_minutes: float = DEFAULT_GAP
     only for them (`full=False`: skeletons with id, start, end, hosts, headline and root_cause). When the
     correlations keep each host's incidents to its events, only the hosts a spec can name are looked at;
     ids are those `build_incidents` gives. Raises IncidentNotFound, naming what exists."""
-    b = _Builder(store, gap_minutes, correlations, knowledge)
-    parts = b.candidates(specs)
+    b = _Builder(store, gap_minutes, correlations, knowledge, specs)
 
     def pick(skels: list[_Skeleton]) -> list[_Skeleton]:
         for spec in specs:
@@ -937,11 +966,12 @@ def find_incidents(store, specs: Sequence[str], gap_minutes: float = DEFAULT_GAP
         return skels
 
     try:
-        chosen = pick(b.skeletons(parts))
+        chosen = pick(b.skeletons())
     except IncidentNotFound:
-        if parts is None:
+        if b.prep.kept is None:
             raise
-        chosen = pick(b.skeletons(None))       # raises again, naming every incident of the store
+        b = _Builder(store, gap_minutes, correlations, knowledge)
+        chosen = pick(b.skeletons())           # raises again, naming every incident of the store
     return b.build(chosen) if full else chosen
 
 

@@ -218,7 +218,8 @@ def _assemble(df: pl.DataFrame, ctx: ParseContext, final: bool) -> tuple[pl.Data
 def parse_structured(fmt: StructuredFormat, lines: pl.DataFrame, ctx: ParseContext,
                      final: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
     recs, carry = fmt.parse_batch(lines, ctx.post, final)
-    recs = recs.with_columns(pl.lit(fmt.name).alias("format"), pl.lit(ctx.source_id).alias("source_id"),
+    own = pl.coalesce(pl.col("format"), pl.lit(fmt.name)) if "format" in recs.columns else pl.lit(fmt.name)
+    recs = recs.with_columns(own.alias("format"), pl.lit(ctx.source_id).alias("source_id"),
                              pl.lit(ctx.path).alias("path"))
     if final and carry.height:  # an unterminated object at the end: keep its lines as text records
         tail, _ = parse_lines(carry, [TEXT], ctx, final=True)

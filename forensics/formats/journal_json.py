@@ -92,10 +92,19 @@ class JournalJson(StructuredFormat):
         return float(ok) / nonblank.len()
 
     def parse_batch(self, lines: pl.DataFrame, ctx: PostContext, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Objects become records; a blank line or a line that is no journal object (a half-written last
+        line) is kept as an untimed `text` record with its text, never dropped."""
         text = pl.col("text").str.strip_chars_start("\x1e")
-        objs = lines.filter(pl.col("text").str.strip_chars() != "").select(
-            "line", pl.col("line").alias("line_end"), text.alias("obj"))
-        return records_from_objects(objs), lines.clear()
+        is_obj = text.str.starts_with("{") & text.str.json_path_match("$.__REALTIME_TIMESTAMP").is_not_null()
+        marked = lines.with_columns(is_obj.fill_null(False).alias("_obj"))
+        objs = marked.filter(pl.col("_obj")).select("line", pl.col("line").alias("line_end"), text.alias("obj"))
+        recs = records_from_objects(objs).with_columns(pl.lit(self.name).alias("format"))
+        other = marked.filter(~pl.col("_obj"))
+        if other.height == 0:
+            return recs, lines.clear()
+        rest = other.select("line", pl.col("line").alias("line_end"), pl.col("text").alias("message"),
+                            pl.lit(TimeSource.NONE.value).alias("ts_source"), pl.lit("text").alias("format"))
+        return pl.concat([recs, rest], how="diagonal_relaxed").sort("line"), lines.clear()
 
 
 class JournalJsonPretty(StructuredFormat):
