@@ -33,7 +33,7 @@ def _context() -> pl.DataFrame:
     the seed incident; none of them is a unit of the incident, none is significant."""
     i = pl.int_range(0, N, eager=True)
     t0 = datetime(2025, 5, 23, 0, 0, 0, tzinfo=timezone.utc)
-    kinds = ["service_started", "service_stopped"] * 4 + ["service_exited", "service_failed"]
+    kinds = ["service_started", "service_stopped"] * 9 + ["service_exited", "service_failed"]
     roles = {"service_started": "context", "service_stopped": "context", "service_exited": "symptom",
              "service_failed": "symptom"}
     df = pl.DataFrame({"i": i}).with_columns(
