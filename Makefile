@@ -43,5 +43,9 @@ golden: $(STAMP)
 bench: $(STAMP) sysdeps
 	$(BIN)/python bench/run.py
 
+# coverage-guided fuzzing (atheris) of ingest, formats and rule packs; each harness 10 minutes
+fuzz: $(STAMP)
+	$(BIN)/python fuzz/run.py --seconds 600
+
 clean:
 	rm -rf $(VENV) $(STORE) .forensics reports
