@@ -196,13 +196,15 @@ def part_expr() -> pl.Expr:
 class EventSource:
     """The events of a store (a lazy frame with hosts and units filled, and `_row`), prepared on demand.
 
-    `keep` (an expression over the filled events, e.g. on `part_expr()`) leaves out events no incident asked for
-    can depend on (another host's). `load(mask)` (a polars expression over the narrow frame) prepares every
-    event it selects, with what its
-    fold needs, and returns the primaries it selected that were not loaded before, in seq order. `primaries`
-    holds every primary loaded so far (seq -> EventView), `by_id` the same by id, `copies` primary id -> copies.
-    `prepare_view` (optional) is applied to each event after the unit of its process is known and before the
-    fold (the CUDA OOM's load); `finish` (settable) to each primary as it is kept (the GPU of the host)."""
+    `narrow` holds every event (of the hosts `keep` selects, an expression over the filled events such as
+    `part_expr().is_in(...)`: another host's events cannot change a host's incidents) without its text: `_row`
+    (position in `lf`), `_seq` (position in the deterministic order), `t_us`, kind, host, unit, path, line, pid,
+    `part` (the host incidents group it under), `significant`, whether its fields may name an architecture, a
+    unit or a pid, and `_sess` (its fold session). `load(mask)` prepares the events a mask over `narrow`
+    selects, with what their fold needs, and returns the primaries among them, in seq order. `primaries` holds
+    every primary prepared so far (seq -> EventView), `by_id` the same by id, `copies` primary id -> copies.
+    `prepare_view` (optional) is applied to each event once the unit of its process is known, before the fold
+    (the CUDA OOM's load); `finish` (settable) to each primary as it is kept (the GPU of the host)."""
 
     def __init__(self, lf: pl.LazyFrame, enrich: Callable | None,
                  prepare_view: Callable[[EventView], EventView] | None = None,
@@ -262,9 +264,6 @@ class EventSource:
     @property
     def empty(self) -> bool:
         return self.narrow.height == 0
-
-    def rows(self, mask: pl.Expr) -> pl.DataFrame:
-        return self.narrow.filter(mask)
 
     def load(self, what: pl.Expr | pl.DataFrame) -> list[EventView]:
         """Prepare the events `what` selects (a mask over the narrow frame, or a frame of `path` and `line`:

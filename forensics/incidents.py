@@ -49,7 +49,7 @@ from .correlate import (
     resolve,
 )
 from .correlate_store import (
-    DUP_SECONDS,
+    DUP_SECONDS,  # noqa: F401 - re-exported (incidents.DUP_SECONDS)
     EventSource,
     correlation_kinds,
     fold_copies,

@@ -505,7 +505,7 @@ def test_big_log_memory_stays_bounded(tmp_path: Path) -> None:
                    "a 2 GB hole cannot be ingested")
 def test_nul_hole_memory_stays_bounded(tmp_path: Path) -> None:
     """A NUL hole (a sparse file: what a log copied half-written off a crashed machine ends in) of 1 MiB and of
-    max(12, FORENSICS_TEST_BIG_MB / 4) MiB: the larger hole may not cost more than 64 MiB more memory."""
+    max(8, FORENSICS_TEST_BIG_MB / 6) MiB: the larger hole may not cost more than 64 MiB more memory."""
     def holey(name: str, size: int) -> Run:
         p = tmp_path / name
         with open(p, "wb") as fh:
@@ -518,7 +518,7 @@ def test_nul_hole_memory_stays_bounded(tmp_path: Path) -> None:
         return r
 
     small = holey("small-hole.log", 1 << 20)
-    size = max(12, BIG_MB // 4) << 20
+    size = max(8, BIG_MB // 6) << 20
     big = holey("big-hole.log", size)
     grew = big.maxrss_mb - small.maxrss_mb
     assert grew < 64 and big.maxrss_mb < RSS_LIMIT_MB, (

@@ -113,7 +113,10 @@ def prose(value: object) -> Md:
         out.append(str(code(m.group(2).strip() or m.group(2))))
         pos = m.end()
     out.append(_inline_keep_space(text[pos:]))
-    return Md("".join(out))
+    joined = ""
+    for piece in out:  # two code spans side by side would merge their backtick runs: keep them apart
+        joined += ("\u200b" if joined.endswith("`") and piece.startswith("`") else "") + piece
+    return Md(joined)
 
 
 def _inline_keep_space(segment: str) -> str:

@@ -1,0 +1,63 @@
+"""Asking for incidents reads only what they need, and gives what building every incident gives: the same ids
+and incidents by id, prefix or date, the same errors, and the same incidents whether correlations fire at every
+anchor or only where they can matter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_incidents import store_from_timeline
+
+import forensics.incidents as incidents
+from forensics.incidents import IncidentNotFound, build_incidents, find_incidents, incident_json, select_incidents
+
+
+def _js(incs: list) -> list[str]:
+    return [json.dumps(incident_json(i), sort_keys=True) for i in incs]
+
+
+# chained correlations (unique steps, xids), folds, untimed kernel lines, configs, several incidents
+FIXTURES = ["seed_full.yaml", "seed_journal_only.yaml", "ready_crash_unit.yaml", "xid_several_gpus.yaml",
+            "xid_fallen_off_bus.yaml", "sigkill_kernel_oom_unanchored.yaml", "cuda_oom_config.yaml",
+            "systemd_cgroup_cleanup_exit.yaml", "nccl_timeout.yaml", "exit_sglang_child_error.yaml"]
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_fixture_incidents_are_the_same_every_way(tmp_path: Path, name: str, monkeypatch) -> None:  # noqa: ANN001
+    store = store_from_timeline(tmp_path, name)
+    local = build_incidents(store)
+    monkeypatch.setattr(incidents, "LOCAL_MATCHING", False)
+    every = build_incidents(store)
+    monkeypatch.undo()
+    assert _js(local) == _js(every)
+    for inc in local:
+        assert _js(find_incidents(store, [inc.id])) == _js([inc])
+        day = (inc.start or inc.id)[:10]
+        assert [i.id for i in find_incidents(store, [day], full=False)] == [i.id for i in select_incidents(local, day)]
+
+
+def test_two_hosts_one_asked_for(tmp_path: Path) -> None:
+    tl = tmp_path / "two.yaml"
+    tl.write_text("host: gpu1\nevents:\n"
+                  "  - {at: '08:00:00', kind: segfault, unit: x.service, fields: {pid: 1, process: python3}}\n"
+                  "  - {at: '08:00:00', kind: segfault, host: gpu2, unit: x.service, fields: {pid: 2, process: py}}\n"
+                  "  - {at: '09:00:00', kind: segfault, unit: x.service, fields: {pid: 3, process: python3}}\n")
+    store = store_from_timeline(tmp_path, tl)
+    every = build_incidents(store)
+    assert [i.id for i in every] == ["2025-05-25-gpu1-x", "2025-05-25-gpu2-x", "2025-05-25-gpu1-x-2"]
+    for inc in every:
+        assert _js(find_incidents(store, [inc.id])) == _js([inc])
+    with pytest.raises(IncidentNotFound) as got:
+        find_incidents(store, ["2025-05-25-gpu1-"])
+    with pytest.raises(IncidentNotFound) as want:
+        select_incidents(every, "2025-05-25-gpu1-")
+    assert str(got.value) == str(want.value)
+    with pytest.raises(IncidentNotFound) as got:
+        find_incidents(store, ["2025-05-25-gpu3-x"])
+    with pytest.raises(IncidentNotFound) as want:
+        select_incidents(every, "2025-05-25-gpu3-x")
+    assert str(got.value) == str(want.value) and "the store has: 2025-05-25-gpu1-x" in str(got.value)
+    # a spec and a date, one after the other, as `forensics incidents SPEC --date D`
+    assert [i.id for i in find_incidents(store, ["2025-05-25-gpu2", "2025-05-25"], full=False)] == ["2025-05-25-gpu2-x"]
