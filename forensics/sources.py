@@ -178,7 +178,7 @@ def head_bytes(src: Source, n: int = 256 << 10) -> bytes:
     try:
         with open_binary(src) as fh:
             return fh.read(n)
-    except (OSError, EOFError, lzma.LZMAError) as e:
+    except (OSError, EOFError, lzma.LZMAError, zlib_error()) as e:
         raise SourceError(f"{src.display}: cannot read ({e}); the file may be truncated or not what its "
                           f"name says") from e
 

@@ -156,8 +156,11 @@ def check_ingest(data: bytes, fmt: str | None = None) -> None:
     compressed = data.startswith(COMPRESSED_MAGIC)
     if rep.failed:
         errors = [*rep.errors, *(r.error or "" for r in rep.results if r.status == "failed")]
-        if compressed and errors and all("input.log" in e for e in errors):
-            return   # a broken compressed stream: refused with a message naming the file
+        # refused with one message naming the file: a broken compressed stream, or bytes that are not a text log
+        if len(errors) == 1 and "input.log" in errors[0] and (compressed or "not a text log" in errors[0]):
+            if rep.results and any(r.status == "ingested" for r in rep.results) and not compressed:
+                raise Finding(f"refused-and-ingested: {errors}")
+            return
         raise Finding(f"failed: {errors}")
     (res,) = rep.results
     e = res.entry

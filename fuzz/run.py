@@ -75,7 +75,8 @@ def run(name: str, seconds: float, work: Path, corpus_root: Path, runs: int | No
            "-seed=1"]
     if runs:
         cmd.append(f"-atheris_runs={runs}")
-    env = {**os.environ, "FORENSICS_FUZZ_STATS": str(stats), "FORENSICS_RULES": ""}
+    # unbuffered: atheris prints the uncaught exception and then _exit()s, which would lose a buffered pipe
+    env = {**os.environ, "FORENSICS_FUZZ_STATS": str(stats), "FORENSICS_RULES": "", "PYTHONUNBUFFERED": "1"}
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env,
                           timeout=seconds * 3 + 120)
