@@ -23,6 +23,7 @@ import os
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import PurePath
@@ -246,9 +247,14 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
     parts = sorted(raw.with_columns(fill_host.alias("host")).select(part_expr().unique()).collect()
                    .to_series().to_list())
     kept = only(parts) if only is not None else None
-    real = sorted(p for p in kept if not p.startswith(UNKNOWN_HOST)) if kept is not None else []
-    spans_df, units_df = _record_tables(store, None if kept is None else
-                                        pl.col("host").is_in(real) | pl.col("host").is_null() | (pl.col("host") == ""))
+    wanted = None
+    if kept is not None:
+        # a kept host's records, the records without a host that are its (single host) or every host's (a file
+        # that names a host elsewhere), and those of the files taken as a kept unknown host
+        others = [] if single else [p for p in hostless if pseudo[p] not in kept]
+        wanted = (pl.col("host").is_in(sorted(p for p in kept if not p.startswith(UNKNOWN_HOST)))
+                  | ((pl.col("host").is_null() | (pl.col("host") == "")) & ~pl.col("path").is_in(others)))
+    spans_df, units_df = _record_tables(store, wanted)
     spans_df = spans_df.with_columns(fill_host.alias("host"))
     # -- units: a source whose systemd lines name one unit (`journalctl -u X`), or named after a unit
     # a journal whose systemd lines name one unit (`journalctl -u X`): its other journal lines are X's
@@ -290,7 +296,8 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
     coverage = Coverage.from_frame(spans_df.select("path", "format", "host", "log", "unit", "first", "last",
                                                    "records", "untimed"))
     host_sources: dict[str, list[str]] = {}
-    for sid, h in zip(spans_df["source_id"].to_list(), spans_df["host"].to_list()):
+    sh = spans_df.select("source_id", "host").unique(maintain_order=True)
+    for sid, h in zip(sh["source_id"].to_list(), sh["host"].to_list()):
         if h is not None and sid not in host_sources.setdefault(h, []):
             host_sources[h].append(sid)
     host_paths: dict[str | None, set[str]] = {}
@@ -666,13 +673,19 @@ class _Skeleton:
         return self.ordered[0].conclusion
 
 
+_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forensics-rules")
+
+
 class _Builder:
     """Incidents of one store: the events they need are read and prepared on demand (Prepared.source)."""
 
     def __init__(self, store, gap_minutes: float = DEFAULT_GAP_MINUTES,  # noqa: ANN001
                  correlations: Sequence[Correlation] | None = None, knowledge: Knowledge | None = None,
-                 specs: Sequence[str] = ()):
+                 specs: Sequence[str] = (), full: bool = True):
         self.store = store
+        # the rule texts (Event.explain) are read while the store is (rule packs take a while to load, mostly
+        # in Python; the store's reading, in polars, runs on the other cores)
+        self._explainer_job = _POOL.submit(_Explainer) if full else None
         self.kn = knowledge if knowledge is not None else load_knowledge()
         self.corrs = tuple(correlations if correlations is not None else load_correlations())
         self.gap_s = gap_minutes * 60.0
@@ -712,9 +725,10 @@ class _Builder:
         src = self.src
         if src.empty:
             return []
-        on = pl.lit(True)
-        evs = src.load(on & (pl.col("kind").is_in(sorted(self.kinds)) | pl.col("significant") | pl.col("archish")
-                             | (pl.col("t_us").is_null() & pl.col("kind").is_in(sorted(KERNEL_KINDS)))))
+        # the events correlations look at, the significant ones, those that may name an architecture, and the
+        # untimed kernel lines (what the logs cannot place)
+        evs = src.load(pl.col("kind").is_in(sorted(self.kinds)) | pl.col("significant") | pl.col("archish")
+                       | (pl.col("t_us").is_null() & pl.col("kind").is_in(sorted(KERNEL_KINDS))))
         # the GPU named by the logs makes architecture statements name it (only when it matters)
         arch_hosts = sorted({e.host for e in evs if e.fields.get("sm") and e.host} - self.gpu_hosts)
         if arch_hosts:
@@ -844,7 +858,7 @@ class _Builder:
         timed: dict[str | None, tuple[list[float], list[EventView]]] = {}
         self._envs([sk.cluster.host for sk in skels], host_evs)  # type: ignore[arg-type]
         if self._explainer is None:
-            self._explainer = _Explainer()
+            self._explainer = self._explainer_job.result() if self._explainer_job is not None else _Explainer()
         explainer = self._explainer
         out: list[Incident] = []
         for sk in skels:
@@ -958,7 +972,7 @@ def find_incidents(store, specs: Sequence[str], gap_minutes: float = DEFAULT_GAP
     only for them (`full=False`: skeletons with id, start, end, hosts, headline and root_cause). When the
     correlations keep each host's incidents to its events, only the hosts a spec can name are looked at;
     ids are those `build_incidents` gives. Raises IncidentNotFound, naming what exists."""
-    b = _Builder(store, gap_minutes, correlations, knowledge, specs)
+    b = _Builder(store, gap_minutes, correlations, knowledge, specs, full)
 
     def pick(skels: list[_Skeleton]) -> list[_Skeleton]:
         for spec in specs:
@@ -970,7 +984,7 @@ def find_incidents(store, specs: Sequence[str], gap_minutes: float = DEFAULT_GAP
     except IncidentNotFound:
         if b.prep.kept is None:
             raise
-        b = _Builder(store, gap_minutes, correlations, knowledge)
+        b = _Builder(store, gap_minutes, correlations, knowledge, full=False)
         chosen = pick(b.skeletons())           # raises again, naming every incident of the store
     return b.build(chosen) if full else chosen
 
