@@ -35,10 +35,10 @@ from typing import Any
 import yaml
 
 from .correlate import EventView, Location, evidence_of, fill, template_names
+from .correlate import _Reader as _NodeReader
 from .model import Flag, ServerConfig
 
 # libyaml's safe loader when PyYAML has it (same nodes and marks, several times faster)
-_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 ROOT = Path(__file__).resolve().parent.parent
 KNOWLEDGE_DIR = ROOT / "rules" / "knowledge"
 
@@ -140,29 +140,11 @@ class Knowledge:
 # loading
 
 
-class _Reader:
+class _Reader(_NodeReader):
+    """Knowledge packs are read like correlation files (same node reader, no event kinds)."""
+
     def __init__(self, path: str, text: str):
-        self.path = path
-        self.errors: list[tuple[str, int, str]] = []
-        self.text = text
-        self.loader: Any = _FAST_LOADER(text)
-
-    def compose(self) -> yaml.Node | None:
-        """The document's node tree (libyaml when PyYAML has it; the Python parser names a syntax error the same
-        way as always)."""
-        try:
-            return self.loader.get_single_node()
-        except yaml.YAMLError:
-            if _FAST_LOADER is yaml.SafeLoader:
-                raise
-            self.loader = yaml.SafeLoader(self.text)
-            return self.loader.get_single_node()
-
-    def add(self, node: yaml.Node | int, msg: str) -> None:
-        self.errors.append((self.path, node if isinstance(node, int) else node.start_mark.line + 1, msg))
-
-    def value(self, node: yaml.Node) -> Any:
-        return self.loader.construct_object(node, deep=True)
+        super().__init__(path, text, ())
 
     def mapping(self, node: yaml.Node, what: str, allowed: Sequence[str] | None = None) -> dict[str, yaml.Node] | None:
         if not isinstance(node, yaml.MappingNode):
