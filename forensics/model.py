@@ -7,7 +7,7 @@ Times are ISO 8601 UTC strings (`2025-05-25T20:17:19.000000Z`) or None.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 

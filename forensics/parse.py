@@ -20,7 +20,7 @@ import polars as pl
 from .detect import Detection, detect
 from .formats import FORMATS, TEXT, LineFormat, StructuredFormat
 from .formats.base import Continuation, HookedFormat, PostContext, Stamp
-from .schema import RECORD_SCHEMA, TimeSource, conform
+from .schema import RECORD_SCHEMA, conform
 from .timeparse import stamp_columns, stamp_exprs
 
 LEVELS = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
@@ -251,7 +251,3 @@ def parse_text(text: str, fmt: str | None = None, path: str = "<example>", tz: s
     from .timefix import SourceClock, fix_frame
 
     return fix_frame(recs, SourceClock(tz=tz, year=year, source_id="example"))[0]
-
-
-def time_source_is_inferred(ts_source: str) -> bool:
-    return ts_source not in (TimeSource.EXACT.value, TimeSource.NONE.value)

@@ -22,12 +22,12 @@ import polars as pl
 from . import __version__
 from .anchor import BootAnchor, apply_anchor, boot_time_anchor, find_anchors
 from .detect import Detection, detect
-from .formats import FORMATS, JOURNAL_ALL, StructuredFormat
+from .formats import FORMATS, StructuredFormat
 from .normalise import normalise_batch
 from .timefix import EXTRA, SourceClock, YearAnchor
 from .parse import ParseContext, parse_lines, parse_structured, resolve
-from .schema import EVENT_SCHEMA, RECORD_SCHEMA, TS, TimeSource, empty_events
-from .sources import ReadStats, Source, SourceError, expand, head_bytes, open_binary, read_batches
+from .schema import EVENT_SCHEMA, RECORD_SCHEMA, TimeSource, empty_events
+from .sources import ReadStats, Source, SourceError, expand, head_bytes, read_batches
 from .store import SourceEntry, Store, sink_parquet, write_parquet, write_parquet_parts
 
 
@@ -422,4 +422,4 @@ def rescan(store: Store, opts: IngestOptions) -> int:
     return total
 
 
-__all__ = ["ingest", "rescan", "IngestOptions", "IngestReport", "SourceResult", "JOURNAL_ALL", "open_binary"]
+__all__ = ["ingest", "rescan", "IngestOptions", "IngestReport", "SourceResult"]

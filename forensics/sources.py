@@ -341,11 +341,3 @@ def _invalid(b: bytes) -> bool:
         return False
     except UnicodeDecodeError:
         return True
-
-
-def file_sha256(src: Source) -> str:
-    h = hashlib.sha256()
-    with open_binary(src) as fh:
-        while chunk := fh.read(BLOCK):
-            h.update(chunk)
-    return h.hexdigest()
