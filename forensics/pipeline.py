@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -88,9 +88,9 @@ def ingest(store: Store, inputs: list[str], opts: IngestOptions,
     planned.sort(key=lambda p: (_needs_year(p[1]), sources.index(p[0])))
     rules = _load_rules(opts)
 
-    def one(item: tuple[Source, Detection]) -> SourceResult:
+    def one(item: tuple[Source, Detection], dated: DatedWait | None = None) -> SourceResult:
         try:
-            return ingest_source(store, item[0], item[1], opts, rules, progress)
+            return ingest_source(store, item[0], item[1], opts, rules, progress, dated)
         except SourceError as e:
             return SourceResult(item[0].display, "failed", error=str(e))
 
@@ -100,15 +100,85 @@ def ingest(store: Store, inputs: list[str], opts: IngestOptions,
         fp = fingerprint(p[0])
         (again if fp in seen else later if _needs_year(p[1]) else first).append(p)
         seen.add(fp)
-    for wave in (first, later, again):
-        if WORKERS > 1 and len(wave) > 1 and wave is not again:
-            # polars releases the GIL: two sources parse on two cores
-            with ThreadPoolExecutor(WORKERS) as pool:
-                report.results.extend(pool.map(one, wave))
-        else:
-            report.results.extend(one(p) for p in wave)
+    results = _Schedule(first, later, one, store).run(WORKERS)
+    report.results.extend(results[id(p)] for p in (*first, *later))
+    report.results.extend(one(p) for p in again)
     report.anchors = anchor_kernel_clocks(store, opts, rules)
     return report
+
+
+DatedWait = Callable[[], dict[str, YearAnchor]]
+
+
+class _Schedule:
+    """Sources on `workers` threads, largest first. A year-less source may need the dates of the full-date
+    sources of the same run (a host anchor): only at its very end does it wait for them (`dated`), running
+    any full-date source nobody has started yet itself, so two year-less sources never wait on each other
+    and no worker idles behind a wave barrier. Full-date sources never wait: no deadlock."""
+
+    def __init__(self, dated: list, yearless: list, run_one: Callable, store: Store):
+        self.dated, self.yearless = dated, yearless
+        self.pending = sorted([*dated, *yearless], key=lambda p: -_size(p[0]))
+        self.run_one, self.store = run_one, store
+        self.left = len(dated)              # full-date sources not finished yet
+        self.cond = threading.Condition()
+        self.results: dict[int, SourceResult] = {}
+        self._anchors: dict[str, YearAnchor] | None = None
+
+    def run(self, workers: int) -> dict[int, SourceResult]:
+        threads = [threading.Thread(target=self._work, name=f"ingest-{i}") for i in range(max(1, workers) - 1)]
+        for t in threads:
+            t.start()
+        self._work()
+        for t in threads:
+            t.join()
+        return self.results
+
+    def _take(self, dated_only: bool = False):  # -> (Source, Detection) | None, under the lock
+        for i, p in enumerate(self.pending):
+            if not dated_only or any(p is d for d in self.dated):
+                return self.pending.pop(i)
+        return None
+
+    def _do(self, p) -> None:
+        is_dated = any(p is d for d in self.dated)
+        try:
+            self.results[id(p)] = self.run_one(p, None if is_dated else self.wait_dated)
+        finally:
+            if is_dated:
+                with self.cond:
+                    self.left -= 1
+                    self.cond.notify_all()
+
+    def _work(self) -> None:
+        while True:
+            with self.cond:
+                p = self._take()
+            if p is None:
+                return
+            self._do(p)
+
+    def wait_dated(self) -> dict[str, YearAnchor]:
+        """The host anchors once every full-date source of this run has landed; the year-less sources of this
+        run are left out, so the answer does not depend on which finished first."""
+        while True:
+            with self.cond:
+                p = self._take(dated_only=True)
+                if p is None:
+                    while self.left:
+                        self.cond.wait()
+                    if self._anchors is None:
+                        own = {s.display for s, _ in self.yearless}
+                        self._anchors = host_anchors(self.store, exclude=own)
+                    return self._anchors
+            self._do(p)
+
+
+def _size(src: Source) -> int:
+    try:
+        return src.real.stat().st_size if src.real is not None else len(src.stdin_data or b"")
+    except OSError:
+        return 0
 
 
 BINARY_MAGIC = ((b"\x7fELF", "an ELF executable"), (b"\x89PNG\r\n\x1a\n", "a PNG image"), (b"%PDF-", "a PDF"),
@@ -190,11 +260,11 @@ def raw_sha256(src: Source) -> str:
     return h.hexdigest()
 
 
-def host_anchors(store: Store) -> dict[str, YearAnchor]:
-    """A full date per host, from exact or zone-assumed stamps of the sources in the store."""
+def host_anchors(store: Store, exclude: set[str] = frozenset()) -> dict[str, YearAnchor]:
+    """A full date per host, from exact or zone-assumed stamps of the sources in the store (but `exclude`d paths)."""
     out: dict[str, YearAnchor] = {}
     for e in store.sources():
-        if e.host and e.last_ts and e.host not in out and (
+        if e.path not in exclude and e.host and e.last_ts and e.host not in out and (
                 e.ts_sources.get(TimeSource.EXACT.value) or e.ts_sources.get(TimeSource.ZONE_ASSUMED.value)):
             try:
                 last = datetime.fromisoformat(e.last_ts.replace("Z", "+00:00"))
@@ -205,7 +275,7 @@ def host_anchors(store: Store) -> dict[str, YearAnchor]:
 
 
 def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions, rules,
-                  progress: Callable[[Source], Progress] | None = None) -> SourceResult:
+                  progress: Callable[[Source], Progress] | None = None, dated: DatedWait | None = None) -> SourceResult:
     """Stream one source into the store: batches are parsed, normalised, matched and written as parts;
     the year and the source id are fixed at the end in one lazy pass over the parts."""
     fp = fingerprint(src)
@@ -219,7 +289,7 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
         replace_ids = tuple(e.source_id for e in hit)
     staging = store.staging()
     try:
-        entry = _stream_source(store, src, det, opts, rules, fp, staging, progress)
+        entry = _stream_source(store, src, det, opts, rules, fp, staging, progress, dated)
         store.commit(entry, staging / "records.parquet", staging / "events.parquet", replace_ids)
     finally:
         store.cleanup(staging)
@@ -227,13 +297,14 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
 
 
 def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOptions, rules, fp: str, staging: Path,
-                   progress: Callable[[Source], Progress] | None) -> SourceEntry:
+                   progress: Callable[[Source], Progress] | None, dated: DatedWait | None = None) -> SourceEntry:
     stats = ReadStats()
     tmp_id = "t" + hashlib.sha256(f"{src.display}{fp}".encode()).hexdigest()[:15]
     ctx = ParseContext(path=src.display, tz=opts.tz, source_id=tmp_id)
     formats = resolve(det)
     structured = formats[0] if len(formats) == 1 and isinstance(formats[0], StructuredFormat) else None
-    clock = SourceClock(tz=opts.tz, year=opts.year, mtime=src.mtime, anchors=host_anchors(store), source_id=tmp_id)
+    # host anchors (a year for year-less stamps from another source) are only needed, and only waited for, at the end
+    clock = SourceClock(tz=opts.tz, year=opts.year, mtime=src.mtime, source_id=tmp_id)
     if not structured:
         sample = _sample_lines(src)
         head = pl.DataFrame({"line": pl.int_range(1, sample.len() + 1, eager=True, dtype=pl.Int64), "text": sample})
@@ -275,6 +346,8 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
         emit(recs)
     sha = stats.sha.hexdigest() if (stats.sha and src.compression is None) else raw_sha256(src)
     sid = sha[:16]
+    if clock.wants_host_anchor():
+        clock.anchors = dated() if dated else host_anchors(store)
     exprs, how = clock.finish()
     fix = [*exprs, pl.lit(sid).alias("source_id"), pl.col("boot_id").str.replace(tmp_id, sid, literal=True)]
     anchor = None

@@ -175,6 +175,11 @@ class SourceClock:
     def inferred(self) -> bool:
         return self.first_inf is not None
 
+    def wants_host_anchor(self) -> bool:
+        """Whether the year must come from another source of the same host (anchor 5): no better one was seen."""
+        return (self.inferred and self.year is None and self.first_ref is None and self.sg is None
+                and self.header_end is None)
+
     def finish(self) -> tuple[list[pl.Expr], str]:
         """Expressions that give year-less records their final UTC time, and how times were obtained."""
         notes = []

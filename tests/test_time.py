@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from forensics.parse import parse_text
 from helpers import ingest_text, iso, records
@@ -115,6 +116,28 @@ def test_year_from_another_source_of_the_same_host(tmp_path: Path) -> None:
     df = records(store).filter(pl.col("message") == "later")
     assert iso(df) == ["2022-03-04T06:00:00.000000"]
     assert "for host box" in df["ts_anchor"][0]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_larger_year_less_source_still_waits_for_the_dated_one(tmp_path: Path, workers: int,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sources run largest first: the year-less one starts before the dated one and, at its end, takes the year
+    from it (running it itself when no other worker has); a second year-less source never anchors the first."""
+    import forensics.pipeline as pipeline
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    monkeypatch.setattr(pipeline, "WORKERS", workers)
+    (tmp_path / "a.log").write_text("2022-03-04T05:06:07+00:00 box sshd[1]: hello\n")
+    (tmp_path / "b.log").write_text("".join(f"Mar 04 06:00:{i % 60:02d} box sshd[1]: line {i}\n" for i in range(5000)))
+    (tmp_path / "c.log").write_text("Mar 04 07:00:00 other sshd[1]: there\nx\n" * 3000)
+    store = Store(tmp_path / "s")
+    rep = ingest(store, [str(tmp_path / p) for p in ("c.log", "b.log", "a.log")], IngestOptions())
+    assert [r.path for r in rep.results] == [str(tmp_path / p) for p in ("a.log", "c.log", "b.log")]
+    df = records(store).filter(pl.col("message") == "line 4999")
+    assert iso(df) == ["2022-03-04T06:00:19.000000"] and "for host box" in df["ts_anchor"][0]
+    other = records(store).filter(pl.col("message") == "there")
+    assert "for host" not in other["ts_anchor"][0]
 
 
 def test_unanchored_dmesg_is_marked_monotonic_only(tmp_path: Path) -> None:
