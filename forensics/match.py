@@ -371,8 +371,14 @@ def _literal_table(rules: RuleSet, ignore_case: bool) -> pl.DataFrame:
                         schema={"_lit": pl.String, "_kr": pl.Int32, "_kc": pl.Int32})
 
 
-def _candidates(recs: pl.DataFrame, rules: RuleSet) -> tuple[pl.DataFrame, dict[_Key, pl.Series]]:
-    """Rows holding any literal, and for each (rule, context) key the candidate row ids."""
+def _literal_tables(rules: RuleSet) -> pl.DataFrame:
+    """literal -> (rule index, context index) for every literal of the rule set."""
+    return pl.concat([_literal_table(rules, False), _literal_table(rules, True)])
+
+
+def _prefilter(recs: pl.DataFrame, rules: RuleSet, table: pl.DataFrame | None = None
+               ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(candidate rows: those holding any literal; their (ROW, rule, context) pairs)."""
     msg = pl.col("message")
     conds = []
     cs, ci = rules.literals(False), rules.literals(True)
@@ -381,8 +387,10 @@ def _candidates(recs: pl.DataFrame, rules: RuleSet) -> tuple[pl.DataFrame, dict[
     if ci:
         conds.append(msg.str.contains_any(list(ci), ascii_case_insensitive=True))
     if not conds:
-        return recs.clear(), {}
+        return recs.clear(), _NO_PAIRS
     cand = recs.filter(pl.any_horizontal(conds) if len(conds) > 1 else conds[0])
+    if cand.height == 0:
+        return cand, _NO_PAIRS
     hits = []
     if cs:
         hits.append(cand.select(ROW, msg.str.extract_many(list(cs), overlapping=True).alias("_lit")))
@@ -390,12 +398,19 @@ def _candidates(recs: pl.DataFrame, rules: RuleSet) -> tuple[pl.DataFrame, dict[
         hits.append(cand.select(ROW, msg.str.extract_many(list(ci), overlapping=True, ascii_case_insensitive=True)
                                 .list.eval(pl.element().str.to_lowercase()).alias("_lit")))
     found = pl.concat(hits).explode("_lit").drop_nulls("_lit").unique()
-    table = pl.concat([_literal_table(rules, False), _literal_table(rules, True)])
-    pairs = found.join(table, on="_lit").select(ROW, "_kr", "_kc").unique()
+    pairs = found.join(_literal_tables(rules) if table is None else table, on="_lit").select(ROW, "_kr", "_kc").unique()
+    return cand, pairs
+
+
+_NO_PAIRS = pl.DataFrame(schema={ROW: pl.UInt32, "_kr": pl.Int32, "_kc": pl.Int32})
+
+
+def _keys(pairs: pl.DataFrame) -> dict[_Key, pl.Series]:
+    """For each (rule, context) key, its candidate row ids."""
     out: dict[_Key, pl.Series] = {}
     for (kr, kc), part in pairs.group_by(["_kr", "_kc"]):
         out[_Key(int(kr), int(kc))] = part[ROW].sort()
-    return cand, out
+    return out
 
 
 def _extract(frame: pl.DataFrame, pattern: str, engine: Engine, groups: Sequence[str],
@@ -663,20 +678,72 @@ def _events_python(rule: Rule, found: dict[int, _Found], cand: pl.DataFrame, rul
     ).cast(EVENT_SCHEMA)
 
 
+def _frame(records: pl.DataFrame, offset: int = 0) -> pl.DataFrame:
+    """The columns matching reads, with a row id (`ROW`) from `offset`."""
+    cols = [c for c in _REC_COLS if c in records.columns]
+    recs = records.select(cols).with_row_index(ROW, offset=offset)
+    missing = [pl.lit(None, dtype=RECORD_SCHEMA[c]).alias(c) for c in _REC_COLS if c not in recs.columns]
+    return recs.with_columns(missing) if missing else recs
+
+
 def match_records(records: pl.DataFrame, rules: RuleSet, *, regex_timeout: float = REGEX_TIMEOUT,
                   vectorise: bool = True) -> pl.DataFrame:
     """Apply every rule to the records (RECORD_SCHEMA); events in EVENT_SCHEMA sorted by (path, line, rule).
     `vectorise=False` sends every rule through the general (Python) path; the output is the same."""
     if records.height == 0 or not rules.rules:
         return empty_events()
-    cols = [c for c in _REC_COLS if c in records.columns]
-    recs = records.select(cols).with_row_index(ROW)
-    for c in _REC_COLS:
-        if c not in recs.columns:
-            recs = recs.with_columns(pl.lit(None, dtype=RECORD_SCHEMA[c]).alias(c))
-    cand, keys = _candidates(recs, rules)
+    cand, pairs = _prefilter(_frame(records), rules)
+    return _apply_rules(cand, pairs, rules, regex_timeout, vectorise)
+
+
+class Matcher:
+    """Matching over a stream of record batches (one source). Each batch is prefiltered when it comes (one
+    Aho-Corasick pass); only its candidate records are kept, copied out of the batch's buffers, and the rules
+    run over the candidates of many batches at once: their fixed cost per rule is paid per `flush_rows`
+    candidates rather than per batch, and context patterns see across batch cuts."""
+
+    def __init__(self, rules: RuleSet, *, flush_rows: int = 131_072, flush_bytes: int = 48 << 20,
+                 regex_timeout: float = REGEX_TIMEOUT) -> None:
+        self.rules, self.regex_timeout = rules, regex_timeout
+        self.flush_rows, self.flush_bytes = flush_rows, flush_bytes
+        self._cand: list[pl.DataFrame] = []
+        self._pairs: list[pl.DataFrame] = []
+        self._rows = self._bytes = 0
+        self._table = _literal_tables(rules)
+
+    def add(self, records: pl.DataFrame) -> pl.DataFrame:
+        """Take a batch; returns the events of a flush when enough candidates have gathered, else none."""
+        if records.height == 0 or not self.rules.rules:
+            return empty_events()
+        cand, pairs = _prefilter(_frame(records, self._rows), self.rules, self._table)
+        if cand.height:
+            # a filtered string column keeps the whole batch's buffers alive: copy the kept strings out
+            strings = [pl.concat_str([pl.col(c), pl.lit("")]).alias(c) for c, t in cand.schema.items()
+                       if t == pl.String]
+            cand = cand.with_columns(strings)
+            self._cand.append(cand)
+            self._pairs.append(pairs)
+            self._bytes += int(cand.get_column("message").str.len_bytes().sum() or 0)
+        self._rows += records.height
+        if sum(c.height for c in self._cand) >= self.flush_rows or self._bytes >= self.flush_bytes:
+            return self.finish()
+        return empty_events()
+
+    def finish(self) -> pl.DataFrame:
+        """The events of the candidates gathered so far (call at the end of the stream)."""
+        if not self._cand:
+            return empty_events()
+        cand, pairs = pl.concat(self._cand), pl.concat(self._pairs)
+        self._cand, self._pairs, self._rows, self._bytes = [], [], 0, 0
+        return _apply_rules(cand, pairs, self.rules, self.regex_timeout, True)
+
+
+def _apply_rules(cand: pl.DataFrame, pairs: pl.DataFrame, rules: RuleSet, regex_timeout: float,
+                 vectorise: bool) -> pl.DataFrame:
+    """Each rule over its candidate rows -> events, sorted by (path, line, rule)."""
     if cand.height == 0:
         return empty_events()
+    keys = _keys(pairs)
     parts: list[pl.DataFrame] = []
     for i, rule in enumerate(rules.rules):
         sub, hits = _rule_matches(rule, keys.get(_Key(i)), cand, regex_timeout)

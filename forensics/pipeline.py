@@ -233,6 +233,14 @@ def match_events(records: pl.DataFrame, rules) -> pl.DataFrame:
     return match_records(records, rules)
 
 
+def _matcher(rules):  # -> match.Matcher | None
+    if rules is None:
+        return None
+    from .match import Matcher
+
+    return Matcher(rules)
+
+
 def fingerprint(src: Source) -> str:
     """Cheap identity of a source's bytes (size, head, tail) to find a possible no-op re-ingest."""
     h = hashlib.sha256()
@@ -321,16 +329,19 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
             recs = recs.with_columns(pl.coalesce(pl.col("host"), pl.lit(opts.host)).alias("host"))
         recs = clock.observe(recs)
         unparsed += _unparsed(recs, det)
-        # events go to disk too: a filtered polars string column keeps the whole batch's buffers alive
-        ev = match_events(recs.drop(*EXTRA), rules)
-        if ev.height:
-            ev_part = staging / f"events-{len(events):05d}.parquet"
-            ev.write_parquet(ev_part, compression="lz4", statistics=False)
-            events.append(ev_part)
+        if matcher:
+            spill(matcher.add(recs.drop(*EXTRA)))
         part = staging / f"part-{len(parts):05d}.arrow"
         recs.write_ipc(part, compression="uncompressed")  # staging only: the fastest to write and re-read
         parts.append(part)
 
+    def spill(ev: pl.DataFrame) -> None:  # events go to disk too, as they come
+        if ev.height:
+            ev_part = staging / f"events-{len(events):05d}.parquet"
+            ev.write_parquet(ev_part, compression="lz4", statistics=False)
+            events.append(ev_part)
+
+    matcher = _matcher(rules)
     carry = pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
     for batch in read_batches(src, stats, BATCH_BYTES):
         if carry.height:
@@ -344,6 +355,8 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
         recs, _ = (parse_structured(structured, carry, ctx, final=True) if structured
                    else parse_lines(carry, formats, ctx, final=True))
         emit(recs)
+    if matcher:
+        spill(matcher.finish())
     sha = stats.sha.hexdigest() if (stats.sha and src.compression is None) else raw_sha256(src)
     sid = sha[:16]
     if clock.wants_host_anchor():

@@ -25,11 +25,13 @@ from forensics.match import (
     cast_sm_arch,
     event_fields,
     explain,
+    Matcher,
     match_records,
     parse_server_args,
     run_examples,
     top_level,
 )
+from forensics.parse import parse_text
 from forensics.rulepacks import RuleSet, load_pack, load_rules
 from forensics.schema import EVENT_SCHEMA, RECORD_SCHEMA, conform
 
@@ -508,3 +510,26 @@ def test_corpus_generator_flashinfer_variants(rules: RuleSet) -> None:
             fi = ev.filter(pl.col("kind") == "flashinfer_arch_unsupported")
             assert fi.height == 1 and event_fields(fi)[0]["arch"] == "sm_120", ev.select("rule", "fields").rows()
             assert ev.filter(pl.col("kind").is_in(["cuda_arch_unsupported", "cuda_error"])).height == 0
+
+
+@pytest.mark.parametrize("cut", [1, 60, 100, 172])
+def test_streamed_matching_is_the_same_wherever_batches_are_cut(rules: RuleSet, cut: int) -> None:
+    """`Matcher` over batches (as ingest streams them) gives the events of matching the whole source at once,
+    even when a batch ends inside a kernel OOM report (its context records then come in the next batch)."""
+    text = (Path(__file__).resolve().parent.parent / "samples" / "incident" / "dmesg.log").read_text()
+    recs = parse_text(text, path="dmesg.log")
+    whole = match_records(recs, rules)
+    assert whole.filter(pl.col("kind") == "oom_kill")["line_end"].to_list() == [173]  # through `oom_reaper`
+    m = Matcher(rules)
+    got = pl.concat([m.add(recs.filter(pl.col("line") <= cut)), m.add(recs.filter(pl.col("line") > cut)),
+                     m.finish()])
+    assert got.equals(whole)
+
+
+def test_streamed_matching_flushes_in_bounded_slices(rules: RuleSet) -> None:
+    """Candidates gather up to `flush_rows`, then the rules run over them: every flush's events are final."""
+    rows = [{"ident": "systemd", "message": f"x{i}.service: Main process exited, code=killed, status=9/KILL",
+             "line": i, "line_end": i} for i in range(1, 401)]
+    m = Matcher(rules, flush_rows=100)
+    sizes = [m.add(records(rows[i:i + 50])).height for i in range(0, 400, 50)] + [m.finish().height]
+    assert sizes == [0, 100, 0, 100, 0, 100, 0, 100, 0]
