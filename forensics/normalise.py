@@ -68,10 +68,13 @@ def _merge_journal_blocks(recs: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFram
     if not j["_cont"].any():
         return recs
     j = j.with_columns((~pl.col("_cont")).cum_sum().over(KEY).alias("_blk"))
-    cols = [c for c in RECORD_SCHEMA if c not in ("message", "line", "line_end")]
+    # each block's first row keeps its place and takes the block's message and last line; the others go
     merged = (j.group_by([*KEY, "_blk"], maintain_order=True)
-              .agg(pl.col("_i").first(), pl.col("line").first(), pl.col("line_end").max(),
-                   pl.col("message").str.join("\n"), *[pl.col(c).first() for c in cols if c not in KEY]))
-    others = df.filter(~pl.col("_i").is_in(j["_i"].implode()))
-    out = pl.concat([others.select(["_i", *RECORD_SCHEMA]), merged.select(["_i", *RECORD_SCHEMA])])
-    return out.sort("_i").drop("_i")
+              .agg(pl.col("_i").first(), pl.col("line_end").max().alias("_end"),
+                   pl.col("message").str.join("\n").alias("_msg"), pl.len().alias("_n"))
+              .filter(pl.col("_n") > 1).select("_i", "_end", "_msg"))
+    gone = j.filter(pl.col("_cont")).get_column("_i")
+    out = (df.filter(~pl.col("_i").is_in(gone.implode()))
+           .join(merged, on="_i", how="left", maintain_order="left"))
+    return out.with_columns(pl.coalesce(pl.col("_msg"), pl.col("message")).alias("message"),
+                            pl.coalesce(pl.col("_end"), pl.col("line_end")).alias("line_end")).select(recs.columns)
