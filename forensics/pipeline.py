@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -233,6 +234,36 @@ def match_events(records: pl.DataFrame, rules) -> pl.DataFrame:
     return match_records(records, rules)
 
 
+class _Sink:
+    """The back of a source's stream: count unparsed lines, match (events spilled to disk as they come) and stage
+    each batch of records as an Arrow part for the final fix."""
+
+    def __init__(self, staging: Path, det: Detection, matcher) -> None:  # matcher: match.Matcher | None
+        self.staging, self.det, self.matcher = staging, det, matcher
+        self.parts: list[Path] = []
+        self.events: list[Path] = []
+        self.unparsed = 0
+
+    def put(self, recs: pl.DataFrame) -> None:
+        self.unparsed += _unparsed(recs, self.det)
+        if self.matcher:
+            self._spill(self.matcher.add(recs.drop(*EXTRA)))
+        part = self.staging / f"part-{len(self.parts):05d}.arrow"
+        recs.write_ipc(part, compression="uncompressed")  # staging only: the fastest to write and re-read
+        self.parts.append(part)
+
+    def close(self) -> tuple[list[Path], list[Path], int]:
+        if self.matcher:
+            self._spill(self.matcher.finish())
+        return self.parts, self.events, self.unparsed
+
+    def _spill(self, ev: pl.DataFrame) -> None:
+        if ev.height:
+            part = self.staging / f"events-{len(self.events):05d}.parquet"
+            ev.write_parquet(part, compression="lz4", statistics=False)
+            self.events.append(part)
+
+
 def _matcher(rules):  # -> match.Matcher | None
     if rules is None:
         return None
@@ -317,46 +348,39 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
         sample = _sample_lines(src)
         head = pl.DataFrame({"line": pl.int_range(1, sample.len() + 1, eager=True, dtype=pl.Int64), "text": sample})
         clock.decide_order(parse_lines(head, formats, ctx, final=True)[0])
-    parts: list[Path] = []
-    events: list[Path] = []
-    unparsed = 0
     tick = progress(src) if progress else None
+    sink = _Sink(staging, det, _matcher(rules))
+    behind = ThreadPoolExecutor(1, thread_name_prefix="sink")  # matching and staging overlap the next batch's parse
+    pending: list[Future] = []
 
     def emit(recs: pl.DataFrame) -> None:
-        nonlocal unparsed
         recs = normalise_batch(recs)
         if opts.host:
             recs = recs.with_columns(pl.coalesce(pl.col("host"), pl.lit(opts.host)).alias("host"))
         recs = clock.observe(recs)
-        unparsed += _unparsed(recs, det)
-        if matcher:
-            spill(matcher.add(recs.drop(*EXTRA)))
-        part = staging / f"part-{len(parts):05d}.arrow"
-        recs.write_ipc(part, compression="uncompressed")  # staging only: the fastest to write and re-read
-        parts.append(part)
+        while pending:  # one batch in the sink at a time: memory stays bounded, parts stay in order
+            pending.pop().result()
+        pending.append(behind.submit(sink.put, recs))
 
-    def spill(ev: pl.DataFrame) -> None:  # events go to disk too, as they come
-        if ev.height:
-            ev_part = staging / f"events-{len(events):05d}.parquet"
-            ev.write_parquet(ev_part, compression="lz4", statistics=False)
-            events.append(ev_part)
-
-    matcher = _matcher(rules)
-    carry = pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
-    for batch in read_batches(src, stats, BATCH_BYTES):
+    try:
+        carry = pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
+        for batch in read_batches(src, stats, BATCH_BYTES):
+            if carry.height:
+                batch = pl.concat([carry, batch])
+            recs, carry = (parse_structured(structured, batch, ctx, final=False) if structured
+                           else parse_lines(batch, formats, ctx, final=False))
+            emit(recs)
+            if tick:
+                tick(stats.bytes)
         if carry.height:
-            batch = pl.concat([carry, batch])
-        recs, carry = (parse_structured(structured, batch, ctx, final=False) if structured
-                       else parse_lines(batch, formats, ctx, final=False))
-        emit(recs)
-        if tick:
-            tick(stats.bytes)
-    if carry.height:
-        recs, _ = (parse_structured(structured, carry, ctx, final=True) if structured
-                   else parse_lines(carry, formats, ctx, final=True))
-        emit(recs)
-    if matcher:
-        spill(matcher.finish())
+            recs, _ = (parse_structured(structured, carry, ctx, final=True) if structured
+                       else parse_lines(carry, formats, ctx, final=True))
+            emit(recs)
+        while pending:
+            pending.pop().result()
+    finally:
+        behind.shutdown(wait=True, cancel_futures=True)
+    parts, events, unparsed = sink.close()
     sha = stats.sha.hexdigest() if (stats.sha and src.compression is None) else raw_sha256(src)
     sid = sha[:16]
     if clock.wants_host_anchor():
