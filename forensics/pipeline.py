@@ -21,6 +21,7 @@ from pathlib import Path
 import polars as pl
 
 from . import __version__
+from .ahead import ahead
 from .anchor import BootAnchor, apply_anchor, boot_time_anchor, find_anchors
 from .detect import Detection, detect
 from .formats import FORMATS, StructuredFormat
@@ -397,7 +398,7 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
             yield apply_anchor(df, anchor, opts.host) if anchor else df
 
     records_file = staging / "records.parquet"
-    write_parquet_parts(fixed(), records_file, RECORD_SCHEMA)
+    write_parquet_parts(ahead(fixed, name="fix"), records_file, RECORD_SCHEMA)  # a part is fixed while one is written
     for p in parts:
         p.unlink()
     ev = pl.read_parquet([str(p) for p in events]) if events else empty_events()

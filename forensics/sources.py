@@ -13,18 +13,18 @@ import hashlib
 import io
 import lzma
 import os
-import queue
 import re
 import stat
 import struct
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import polars as pl
+
+from .ahead import ahead
 
 BLOCK = 32 << 20  # bytes read per batch
 ROTATED = re.compile(r"^(?P<base>.+?)(?:[.-](?P<n>\d+))?(?P<ext>\.(?:gz|bz2|xz|zst))?$")
@@ -188,40 +188,7 @@ def read_batches(src: Source, stats: ReadStats, block: int = BLOCK) -> Iterator[
 
     A reader thread reads, hashes and splits the next block while the caller works on this one (file reads,
     hashing and the splitter release the GIL); at most one block waits."""
-    q: queue.Queue = queue.Queue(maxsize=1)
-    stop = threading.Event()
-
-    def put(item: tuple) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for df in _read_batches(src, stats, block):
-                if not put(("frame", df)):
-                    return
-            put(("end", None))
-        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
-            put(("error", e))
-
-    reader = threading.Thread(target=produce, name=f"read {src.display}", daemon=True)
-    reader.start()
-    try:
-        while True:
-            kind, item = q.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise item
-            yield item
-    finally:
-        stop.set()
-        reader.join()
+    return ahead(lambda: _read_batches(src, stats, block), name=f"read {src.display}")
 
 
 def _read_batches(src: Source, stats: ReadStats, block: int) -> Iterator[pl.DataFrame]:
