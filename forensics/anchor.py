@@ -92,7 +92,8 @@ def apply_anchor(recs: FrameT, anchors: dict[str, BootAnchor], host_default: str
         "_host": [a.host for a in anchors.values()],
     })
     mono_only = pl.col("ts_source") == TimeSource.MONOTONIC_ONLY.value
-    df = recs.join(table.lazy() if isinstance(recs, pl.LazyFrame) else table, on="boot_id", how="left")
+    df = recs.join(table.lazy() if isinstance(recs, pl.LazyFrame) else table, on="boot_id", how="left",
+                   maintain_order="left")
     hit = mono_only & pl.col("_bt").is_not_null()
     ts = (pl.col("_bt") + (pl.col("mono") * 1e6).round(0).cast(pl.Int64)).cast(pl.Datetime("us", "UTC"))
     return df.with_columns(

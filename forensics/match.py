@@ -702,7 +702,7 @@ class Matcher:
     run over the candidates of many batches at once: their fixed cost per rule is paid per `flush_rows`
     candidates rather than per batch, and context patterns see across batch cuts."""
 
-    def __init__(self, rules: RuleSet, *, flush_rows: int = 131_072, flush_bytes: int = 48 << 20,
+    def __init__(self, rules: RuleSet, *, flush_rows: int = 32_768, flush_bytes: int = 8 << 20,
                  regex_timeout: float = REGEX_TIMEOUT) -> None:
         self.rules, self.regex_timeout = rules, regex_timeout
         self.flush_rows, self.flush_bytes = flush_rows, flush_bytes

@@ -13,7 +13,7 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,16 +21,15 @@ from pathlib import Path
 import polars as pl
 
 from . import __version__
-from .ahead import ahead
 from .anchor import BootAnchor, apply_anchor, boot_time_anchor, find_anchors
 from .detect import Detection, detect
 from .formats import FORMATS, StructuredFormat
 from .normalise import normalise_batch
 from .timefix import EXTRA, SourceClock, YearAnchor
 from .parse import ParseContext, parse_lines, parse_structured, resolve
-from .schema import EVENT_SCHEMA, RECORD_SCHEMA, TimeSource, empty_events
+from .schema import EVENT_SCHEMA, RECORD_SCHEMA, TimeSource, empty_events, empty_records
 from .sources import ReadStats, Source, SourceError, expand, head_bytes, read_batches
-from .store import SourceEntry, Store, sink_parquet, write_parquet, write_parquet_parts
+from .store import SourceEntry, Store, sink_parquet, write_parquet
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ class IngestReport:
 
 
 Progress = Callable[[int], None]
-WORKERS = min(2, os.cpu_count() or 1)  # sources ingested at once
+WORKERS = int(os.environ.get("FORENSICS_WORKERS", "0")) or min(2, os.cpu_count() or 1)  # sources ingested at once
 BATCH_BYTES = 4 << 20  # bytes of input per batch: bounds memory (records, matching, parts) whatever the size
 
 
@@ -392,13 +391,12 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
     if opts.boot_time is not None and clock.kinds.get(TimeSource.MONOTONIC_ONLY.value):
         anchor = boot_time_anchor([f"dmesg:{sid}#{clock.boot_n}"], opts.boot_time, opts.host)
 
-    def fixed() -> Iterator[pl.DataFrame]:
-        for part in parts:
-            df = pl.read_ipc(part).with_columns(fix).drop(*EXTRA)
-            yield apply_anchor(df, anchor, opts.host) if anchor else df
-
     records_file = staging / "records.parquet"
-    write_parquet_parts(ahead(fixed, name="fix"), records_file, RECORD_SCHEMA)  # a part is fixed while one is written
+    if parts:  # the parts, fixed, streamed into one Parquet file (polars' streaming sink: bounded memory)
+        fixed = pl.scan_ipc([str(p) for p in parts]).with_columns(fix).drop(*EXTRA)
+        sink_parquet(apply_anchor(fixed, anchor, opts.host) if anchor else fixed, records_file, RECORD_SCHEMA)
+    else:
+        write_parquet(empty_records(), records_file, RECORD_SCHEMA)
     for p in parts:
         p.unlink()
     ev = pl.read_parquet([str(p) for p in events]) if events else empty_events()

@@ -208,32 +208,6 @@ def sink_parquet(lf: pl.LazyFrame, path: Path, schema: dict) -> None:
     """Write a lazy frame in schema order, streaming (bounded memory whatever its size)."""
     cols = [pl.col(n).cast(t) if n in lf.collect_schema().names() else pl.lit(None, dtype=t).alias(n)
             for n, t in schema.items()]
-    lf.select(cols).sink_parquet(path, compression="zstd", statistics=True, row_group_size=65_536)
+    lf.select(cols).sink_parquet(path, compression="zstd", compression_level=1, statistics=True, row_group_size=65_536)
 
 
-DICTIONARY = ("ts_source", "ts_anchor", "boot_id", "host", "ident", "pid", "unit", "rank", "level", "source_id", "path",
-              "format")  # record columns with few distinct values
-
-
-def write_parquet_parts(frames: Iterable[pl.DataFrame], path: Path, schema: dict) -> int:
-    """Append frames to one Parquet file as row groups (pyarrow's writer: polars can only write a file
-    whole or stream a lazy plan, which is twice as slow). Memory holds one frame at a time."""
-    import pyarrow.parquet as pq
-
-    writer = None
-    rows = 0
-    try:
-        for df in frames:
-            table = conform(df, schema).to_arrow()
-            if writer is None:
-                # dictionary pages only where values repeat: trying them on messages costs time for nothing
-                writer = pq.ParquetWriter(path, table.schema, compression="zstd", compression_level=1,
-                                          write_statistics=True, use_dictionary=[c for c in DICTIONARY if c in schema])
-            writer.write_table(table, row_group_size=65_536)
-            rows += df.height
-        if writer is None:
-            pl.DataFrame(schema=schema).write_parquet(path, compression="zstd")
-    finally:
-        if writer is not None:
-            writer.close()
-    return rows
