@@ -41,7 +41,7 @@ golden: $(STAMP)
 	$(BIN)/python -m pytest --update-golden
 
 bench: $(STAMP) sysdeps
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py --scaling --big-mb 4096
 
 # coverage-guided fuzzing (atheris) of ingest, formats and rule packs; each harness 10 minutes
 fuzz: $(STAMP)

@@ -118,33 +118,40 @@ class _Schedule:
     and no worker idles behind a wave barrier. Full-date sources never wait: no deadlock."""
 
     def __init__(self, dated: list, yearless: list, run_one: Callable, store: Store):
-        self.dated, self.yearless = dated, yearless
-        self.pending = sorted([*dated, *yearless], key=lambda p: -_size(p[0]))
+        self.dated, self.yearless = {id(p) for p in dated}, yearless
+        self.pending = sorted([*dated, *yearless], key=lambda p: -_size(p[0]))  # stable: ties in input order
         self.run_one, self.store = run_one, store
         self.left = len(dated)              # full-date sources not finished yet
         self.cond = threading.Condition()
         self.results: dict[int, SourceResult] = {}
+        self.errors: list[Exception] = []   # raised in a worker: raised again in the caller's thread
         self._anchors: dict[str, YearAnchor] | None = None
 
     def run(self, workers: int) -> dict[int, SourceResult]:
         threads = [threading.Thread(target=self._work, name=f"ingest-{i}") for i in range(max(1, workers) - 1)]
         for t in threads:
             t.start()
-        self._work()
-        for t in threads:
-            t.join()
+        try:
+            self._work()
+        finally:
+            for t in threads:
+                t.join()
+        if self.errors:
+            raise self.errors[0]
         return self.results
 
     def _take(self, dated_only: bool = False):  # -> (Source, Detection) | None, under the lock
         for i, p in enumerate(self.pending):
-            if not dated_only or any(p is d for d in self.dated):
+            if not dated_only or id(p) in self.dated:
                 return self.pending.pop(i)
         return None
 
     def _do(self, p) -> None:
-        is_dated = any(p is d for d in self.dated)
+        is_dated = id(p) in self.dated
         try:
             self.results[id(p)] = self.run_one(p, None if is_dated else self.wait_dated)
+        except Exception as e:  # noqa: BLE001 - the other sources go on; the caller sees it at the end
+            self.errors.append(e)
         finally:
             if is_dated:
                 with self.cond:
