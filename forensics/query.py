@@ -12,7 +12,7 @@ from .store import Store
 def timeline_frame(store: Store, since: datetime | None = None, until: datetime | None = None,
                    host: str | None = None, unit: str | None = None, pattern: str | None = None) -> pl.DataFrame:
     """Records in time order (untimed records last, in file order), filtered."""
-    lf = store.records()
+    lf = store.records(_overlapping(store, since, until) if since or until else None)
     if since is not None:
         lf = lf.filter(pl.col("ts") >= since)
     if until is not None:
@@ -24,3 +24,26 @@ def timeline_frame(store: Store, since: datetime | None = None, until: datetime 
     if pattern:
         lf = lf.filter(pl.col("message").str.contains(pattern))
     return lf.sort(["ts", "path", "line"], nulls_last=True).collect()
+
+
+def _overlapping(store: Store, since: datetime | None, until: datetime | None) -> list[str]:
+    """The sources whose span (in the manifest) meets [since, until): the others are not even opened."""
+    keep = []
+    for e in store.sources():
+        first, last = _when(e.first_ts), _when(e.last_ts)
+        if first is None or last is None:
+            if e.first_ts is not None or e.last_ts is not None:  # a span we cannot read: scan it
+                keep.append(e.source_id)
+            continue  # no timed record at all: none passes a time filter
+        if (since is None or last >= since) and (until is None or first < until):
+            keep.append(e.source_id)
+    return keep
+
+
+def _when(iso: str | None) -> datetime | None:
+    if not iso:
+        return None
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:  # beyond Python's datetime range
+        return None

@@ -96,3 +96,26 @@ def test_two_concurrent_ingests_both_land(tmp_path: Path) -> None:
     df = records(store)
     assert df.height == 2 * 40000
     assert df.filter(pl.col("message").str.starts_with("file0")).height == 40000
+
+
+def test_a_time_window_opens_only_the_sources_it_meets(tmp_path: Path) -> None:
+    """`timeline --since/--until` skips the sources whose manifest span lies outside the window: a damaged file
+    of another day is not even read."""
+    import shutil
+    from datetime import datetime, timezone
+
+    from forensics.query import timeline_frame
+
+    (tmp_path / "a.log").write_text("2025-05-24T10:00:00+00:00 h a[1]: day one\n")
+    (tmp_path / "b.log").write_text("2025-05-25T10:00:00+00:00 h a[1]: day two\nno stamp here\n")
+    store = Store(tmp_path / "s")
+    assert not ingest(store, [str(tmp_path / "a.log"), str(tmp_path / "b.log")], IngestOptions()).failed
+    files = {Path(e.path).name: store.records_file(e.source_id) for e in store.sources()}
+    day = datetime(2025, 5, 25, tzinfo=timezone.utc)
+    for damaged, since, until, want in (("a.log", day, None, ["day two"]), ("b.log", None, day, ["day one"])):
+        keep = tmp_path / "keep.parquet"
+        shutil.copy(files[damaged], keep)
+        files[damaged].write_bytes(b"not parquet")
+        assert timeline_frame(store, since, until)["message"].to_list() == want
+        shutil.copy(keep, files[damaged])
+    assert timeline_frame(store)["message"].to_list() == ["day one", "day two", "no stamp here"]
