@@ -23,7 +23,10 @@ def timeline_frame(store: Store, since: datetime | None = None, until: datetime 
         lf = lf.filter(pl.col("unit") == unit)
     if pattern:
         lf = lf.filter(pl.col("message").str.contains(pattern))
-    return lf.sort(["ts", "path", "line"], nulls_last=True).collect()
+    # sorting the keys and gathering the rows of one contiguous frame is several times faster than sorting the
+    # frame of many row-group chunks that the scan returns
+    df = lf.collect().rechunk()
+    return df[df.select(pl.arg_sort_by(["ts", "path", "line"], nulls_last=True)).to_series()]
 
 
 def _overlapping(store: Store, since: datetime | None, until: datetime | None) -> list[str]:
