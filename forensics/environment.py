@@ -199,25 +199,22 @@ def fingerprint_records(records: pl.DataFrame, evs: Sequence[EventView], kn: Kno
     return Fingerprint(values=ordered, sources=tuple((k, src[k]) for k, _ in ordered), hardware=hw)
 
 
-SLICE_ROWS = 200_000                   # records read at a time (their messages are held in memory)
 
 
 def _hits(store, source_ids: Sequence[str], cond: pl.Expr) -> tuple[pl.DataFrame, pl.DataFrame]:  # noqa: ANN001
     """(records `cond` selects whose message holds a literal: ts, message, path, line, host, source_id;
-    the distinct ranks of the records `cond` selects: rank, host, source_id), a slice of a source at a time:
-    the selected records are read first, then searched (cheaper than searching every message)."""
+    the distinct ranks of the records `cond` selects: rank, host, source_id), a source at a time, the filters
+    pushed into the scan."""
     lit = pl.col("message").str.contains_any(list(LITERALS), ascii_case_insensitive=True)
     hits: list[pl.DataFrame] = []
     ranks: list[pl.DataFrame] = []
     for sid in dict.fromkeys(source_ids):
-        lf = store.records([sid])
-        n = lf.select(pl.len()).collect().item()
-        for off in range(0, max(n, 1), SLICE_ROWS):
-            part = (lf.slice(off, SLICE_ROWS).filter(cond)
-                    .select("ts", "message", "path", "line", "host", "source_id", "rank").collect())
-            hits.append(_compact(part.filter(lit).drop("rank")))
-            ranks.append(_compact(part.filter(pl.col("rank").is_not_null()).select("rank", "host", "source_id")
-                                  .unique()))
+        lf = store.records([sid]).filter(cond)
+        # the filters run inside the scan (streaming): only the few matching messages are ever held
+        hits.append(_compact(lf.filter(lit).select("ts", "message", "path", "line", "host", "source_id")
+                             .collect(engine="streaming")))
+        ranks.append(lf.filter(pl.col("rank").is_not_null()).select("rank", "host", "source_id")
+                     .unique(maintain_order=True).collect())
     schema = {"ts": pl.Datetime("us", "UTC"), "message": pl.String, "path": pl.String, "line": pl.Int64,
               "host": pl.String, "source_id": pl.String}
     h = pl.concat(hits, how="vertical_relaxed") if hits else pl.DataFrame(schema=schema)
