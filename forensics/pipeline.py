@@ -26,6 +26,7 @@ from .formats import FORMATS, StructuredFormat
 from .normalise import normalise_batch
 from .timefix import EXTRA, SourceClock, YearAnchor
 from .parse import ParseContext, parse_lines, parse_structured, resolve
+from .regexbudget import RegexBudget, RuleTimeout
 from .schema import EVENT_SCHEMA, RECORD_SCHEMA, TimeSource, empty_events
 from .sources import ReadStats, Source, SourceError, expand, head_bytes, read_batches
 from .store import SourceEntry, Store, sink_parquet, write_parquet, write_parquet_parts
@@ -49,6 +50,7 @@ class SourceResult:
     status: str                   # ingested, unchanged, failed
     entry: SourceEntry | None = None
     error: str | None = None
+    timeouts: tuple[RuleTimeout, ...] = ()   # `engine: regex` rules that timed out on this source
 
 
 @dataclass
@@ -155,12 +157,13 @@ def _load_rules(opts: IngestOptions):  # -> RuleSet | None
     return load_rules([Path(d) for d in opts.rules_dirs])
 
 
-def match_events(records: pl.DataFrame, rules) -> pl.DataFrame:
+def match_events(records: pl.DataFrame, rules, budget: RegexBudget | None = None) -> pl.DataFrame:
+    """The events of one batch; `budget` (one per source) bounds the `engine: regex` rules over all its batches."""
     if rules is None or records.height == 0:
         return empty_events()
     from .match import match_records
 
-    return match_records(records, rules)
+    return match_records(records, rules, budget=budget)
 
 
 def fingerprint(src: Source) -> str:
@@ -218,16 +221,17 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
             return SourceResult(src.display, "unchanged", hit[0])
         replace_ids = tuple(e.source_id for e in hit)
     staging = store.staging()
+    budget = RegexBudget()
     try:
-        entry = _stream_source(store, src, det, opts, rules, fp, staging, progress)
+        entry = _stream_source(store, src, det, opts, rules, fp, staging, progress, budget)
         store.commit(entry, staging / "records.parquet", staging / "events.parquet", replace_ids)
     finally:
         store.cleanup(staging)
-    return SourceResult(src.display, "ingested", entry)
+    return SourceResult(src.display, "ingested", entry, timeouts=budget.timeouts())
 
 
 def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOptions, rules, fp: str, staging: Path,
-                   progress: Callable[[Source], Progress] | None) -> SourceEntry:
+                   progress: Callable[[Source], Progress] | None, budget: RegexBudget | None = None) -> SourceEntry:
     stats = ReadStats()
     tmp_id = "t" + hashlib.sha256(f"{src.display}{fp}".encode()).hexdigest()[:15]
     ctx = ParseContext(path=src.display, tz=opts.tz, source_id=tmp_id)
@@ -251,7 +255,7 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
         recs = clock.observe(recs)
         unparsed += _unparsed(recs, det)
         # events go to disk too: a filtered polars string column keeps the whole batch's buffers alive
-        ev = match_events(recs.drop(*EXTRA), rules)
+        ev = match_events(recs.drop(*EXTRA), rules, budget)
         if ev.height:
             ev_part = staging / f"events-{len(events):05d}.parquet"
             ev.write_parquet(ev_part, compression="lz4", statistics=False)
@@ -403,14 +407,19 @@ def anchor_kernel_clocks(store: Store, opts: IngestOptions, rules) -> list[BootA
 RESCAN_ROWS = 1_000_000
 
 
-def rescan(store: Store, opts: IngestOptions) -> int:
-    """Re-apply the rule packs to every stored source, in slices; returns the number of events."""
+def rescan(store: Store, opts: IngestOptions, on_timeout: Callable[[RuleTimeout], None] | None = None) -> int:
+    """Re-apply the rule packs to every stored source, in slices; returns the number of events. Each
+    `engine: regex` rule that timed out on a source is passed to `on_timeout`."""
     rules = _load_rules(opts)
     total = 0
     for e in store.sources():
         lf = store.records([e.source_id])
-        events = [match_events(lf.slice(i, RESCAN_ROWS).collect(), rules)
+        budget = RegexBudget()
+        events = [match_events(lf.slice(i, RESCAN_ROWS).collect(), rules, budget)
                   for i in range(0, max(e.records, 1), RESCAN_ROWS)]
+        for t in budget.timeouts():
+            if on_timeout is not None:
+                on_timeout(t)
         ev = pl.concat(events) if events else empty_events()
         staging = store.staging()
         try:
