@@ -152,11 +152,6 @@ def test_markdown_report_makes_no_html_links_or_images(evil_store: Path) -> None
     assert "\u202e" not in md, "a bidi override reached the Markdown"
 
 
-@pytest.mark.xfail(strict=True, reason="render/mdsafe.py prose(): backticks in a log value substituted into a rule's "
-                   "`explain` pair with the rule text's own code spans: after a payload with ``` `` ` the rest of "
-                   "the explanation renders garbled (`origin`is the log line ... `Scheduler hit an exception:`, or "
-                   "uvicorn's`Exception in ASGI application\\`); escape values before they enter prose, or render "
-                   "them as code")
 def test_backticks_in_log_text_do_not_garble_the_rule_text(evil_store: Path) -> None:
     md = _report(evil_store)
     rendered = MarkdownIt("commonmark").enable("table").render(md)
