@@ -117,7 +117,7 @@ def _check_percent(fmt: str, limit: int) -> None:
     for m in _PCT_FIELD.finditer(fmt):
         for g in m.groups():
             if g == "*" or (g and len(g) > 6) or (g and int(g) > limit):
-                raise TemplateLimitError(f"the %-format {m.group(0)!r} asks for a width or precision that is "
+                raise TemplateLimitError(f"the %-format {m.group(0)[:40]!r} asks for a width or precision that is "
                                          f"not a small number")
 
 
@@ -127,8 +127,8 @@ def _check_format(fmt: str, limit: int) -> None:
     except ValueError:
         return      # str.format raises its own error
     for _, _, spec, _ in fields:
-        if spec and ("{" in spec or any(int(d) > limit for d in re.findall(r"\d+", spec))):
-            raise TemplateLimitError(f"the format spec {spec!r} asks for a width or precision that is not a small "
+        if spec and ("{" in spec or any(len(d) > 6 or int(d) > limit for d in re.findall(r"\d+", spec))):
+            raise TemplateLimitError(f"the format spec {spec[:40]!r} asks for a width or precision that is not a small "
                                      f"number")
 
 
