@@ -110,8 +110,12 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], fmt: str | None, host: st
         elif not quiet and r.entry:
             e = r.entry
             span = f"{e.first_ts or '-'} .. {e.last_ts or '-'}"
+            slow = (f" ({len(r.timeouts)} rule(s) timed out: {', '.join(t.rule for t in r.timeouts)})"
+                    if r.timeouts else "")
             click.echo(f"{r.status:9} {e.path}: {e.format} ({e.confidence:.0%}), {e.records} records, "
-                       f"{e.unparsed} unparsed, {e.events} events, {span}; time: {e.time_anchor}", err=True)
+                       f"{e.unparsed} unparsed, {e.events} events{slow}, {span}; time: {e.time_anchor}", err=True)
+        for t in r.timeouts:   # even with --quiet: the user's pattern is the problem and events are missing
+            click.echo(f"warning: {t.describe()}", err=True)
     if not quiet:
         for a in report.anchors:
             click.echo(f"anchored  {a.boot_id}: {a.how}", err=True)
@@ -193,12 +197,20 @@ def rescan(ctx: click.Context, rules_dirs: tuple[str, ...]) -> None:
 
     from .rulepacks import RulePackError
 
+    slow: list[str] = []
+
+    def warn(t) -> None:  # noqa: ANN001 - a forensics.regexbudget.RuleTimeout
+        slow.append(t.rule)
+        click.echo(f"warning: {t.describe()}", err=True)
+
     try:
-        n = run(get_store(ctx), IngestOptions(rules_dirs=rules_dirs))
+        n = run(get_store(ctx), IngestOptions(rules_dirs=rules_dirs), on_timeout=warn)
     except RulePackError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
-    click.echo(f"rescanned: {n} events", err=True)
+    rules_slow = sorted(set(slow))
+    click.echo(f"rescanned: {n} events" + (f" ({len(rules_slow)} rule(s) timed out: {', '.join(rules_slow)})"
+                                           if rules_slow else ""), err=True)
 
 
 def _register_optional() -> None:

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import click
 
 from forensics.model import SourceInfo
+from forensics.render.sandbox import SECONDS as TEMPLATE_SECONDS
 
 MAX_CONTEXT_FILE = 256 * 1024 * 1024
 
@@ -98,13 +99,17 @@ def _write(text: str, output: Path | None) -> None:
 @click.option("--template", "template_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="A directory of Jinja templates overriding report.md.j2 / report.html.j2 / partials "
                    "(run in a sandbox).")
+@click.option("--template-seconds", type=click.FloatRange(min=0, min_open=True), default=TEMPLATE_SECONDS,
+              show_default=True, metavar="SECONDS",
+              help="Time the --template templates may take to render, in all; past it, exit 2.")
 @click.option("--tz", "tz", default="UTC", show_default=True, metavar="ZONE",
               help="IANA time zone shown beside UTC, e.g. Europe/Berlin.")
 @click.option("--generated-at", "generated_at", default=None, metavar="TIME|now",
               help="Print this generation time in the report (omitted by default, so reports are reproducible).")
 @click.pass_context
 def report(ctx: click.Context, spec: str, fmt: str, output: Path | None, redact: bool, redact_map: Path | None,
-           max_chars: int, template_dir: Path | None, tz: str, generated_at: str | None) -> None:
+           max_chars: int, template_dir: Path | None, template_seconds: float, tz: str,
+           generated_at: str | None) -> None:
     """Write the incident report: summary, impact, timeline, analysis, configuration, gaps, actions."""
     from forensics import __version__
     from forensics.redact import RedactionError
@@ -133,7 +138,8 @@ def report(ctx: click.Context, spec: str, fmt: str, output: Path | None, redact:
         ctx.exit(1)
 
     options = ReportOptions(
-        tz=tz, max_chars=max_chars, template_dir=template_dir, redact=redact or redact_map is not None,
+        tz=tz, max_chars=max_chars, template_dir=template_dir, template_seconds=template_seconds,
+        redact=redact or redact_map is not None,
         redact_map=redact_map, generated_at=stamp, tool_version=__version__,
         rulepack_versions=_rulepack_versions(store), source_reader=read_source_file)
     try:

@@ -316,6 +316,7 @@ def explain_cmd(line: str | None, file_: str | None, line_no: int | None, fmt: s
                         for e in r.covered_by],
             "near": [{"rule": n.rule, "kind": n.kind, "matched": n.matched, "missing": n.missing,
                       "score": round(n.score, 3), "reason": n.reason, "text": n.describe()} for n in r.near],
+            "timed_out": list(r.timed_out), "not_applied": list(r.not_applied),
         } for r in ex.records], indent=1))
         sys.exit(0 if ex.matched else 1)
     for r in ex.records:
@@ -336,10 +337,14 @@ def explain_cmd(line: str | None, file_: str | None, line_no: int | None, fmt: s
                 click.echo(f"    means:  {rule.render_explain(vals)}")
         for e in r.covered_by:
             click.echo(f"  part of: {e['rule']} -> {e['kind']} (lines {e['line']}-{e['line_end']})")
+        for note in r.timeout_notes:
+            click.echo(f"  {note}")
         if not r.events and not r.covered_by:
             if r.near:
                 for n in r.near:
                     click.echo(f"  {n.describe()}")
+            elif r.timed_out or r.not_applied:
+                click.echo("  no other rule matched, and no other rule comes close")
             else:
                 click.echo("  no rule matched, and no rule comes close")
     sys.exit(0 if ex.matched else 1)

@@ -41,12 +41,12 @@ from .rulepacks import (
     split_flags,
     wrap,
 )
+from .regexbudget import REGEX_TIMEOUT, RegexBudget
 from .schema import EVENT_SCHEMA, RECORD_SCHEMA, empty_events
 
 ROW = "__row"
 _REC_COLS = ("ts", "ts_source", "host", "ident", "pid", "unit", "rank", "message", "source_id", "path", "line",
              "line_end", "format", "mono", "boot_id")
-REGEX_TIMEOUT = 0.25     # seconds per message for `engine: regex` rules
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -414,24 +414,29 @@ def _keys(pairs: pl.DataFrame) -> dict[_Key, pl.Series]:
 
 
 def _extract(frame: pl.DataFrame, pattern: str, engine: Engine, groups: Sequence[str],
-             timeout: float = REGEX_TIMEOUT) -> pl.DataFrame:
-    """ROW + one String column per named group, for the rows of `frame` the pattern matches."""
+             budget: RegexBudget | None = None, rule: Rule | None = None) -> pl.DataFrame:
+    """ROW + one String column per named group, for the rows of `frame` the pattern matches. The `regex`
+    engine runs within the rule's time `budget` (a fresh one when None)."""
     if frame.height == 0:
         return pl.DataFrame(schema={ROW: pl.UInt32, **{g: pl.String for g in groups}})
     if engine is Engine.POLARS:
         got = frame.select(ROW, pl.col("message").str.extract_groups(wrap(pattern)).alias("__g")).unnest("__g")
         got = got.filter(pl.col("_m").is_not_null())
         return got.select(ROW, *[pl.col(g) for g in groups])
+    assert rule is not None, "the regex engine runs a rule's own pattern (its time is charged to the rule)"
+    return _extract_regex(frame, pattern, groups, budget or RegexBudget(), rule)
+
+
+def _extract_regex(frame: pl.DataFrame, pattern: str, groups: Sequence[str], budget: RegexBudget,
+                   rule: Rule) -> pl.DataFrame:
+    """`_extract` with the `regex` module: per message, within the rule's timeout and budget for the source."""
     rx = _compiled(pattern)
     rows: list[int] = []
     vals: dict[str, list[str | None]] = {g: [] for g in groups}
-    for row, msg in frame.select(ROW, "message").iter_rows():
+    for row, msg, path, line in frame.select(ROW, "message", "path", "line").iter_rows():
         if msg is None:
             continue
-        try:
-            m = rx.search(msg, timeout=timeout)
-        except TimeoutError:
-            continue
+        m = budget.search(rule, rx, msg, path, line)
         if m is None:
             continue
         rows.append(row)
@@ -461,7 +466,7 @@ class _Found:
 
 
 def _rule_matches(rule: Rule, key_rows: pl.Series | None, cand: pl.DataFrame,
-                  timeout: float) -> tuple[pl.DataFrame, pl.DataFrame]:
+                  budget: RegexBudget) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(candidate records of the rule that pass applies/exclude, their matches)."""
     if key_rows is None or key_rows.len() == 0:
         return cand.clear(), pl.DataFrame()
@@ -471,7 +476,7 @@ def _rule_matches(rule: Rule, key_rows: pl.Series | None, cand: pl.DataFrame,
         sub = sub.filter(ap)
     if rule.exclude:
         sub = sub.filter(~pl.col("message").str.contains(rule.exclude).fill_null(False))
-    return sub, _extract(sub, rule.pattern, rule.engine, rule.groups, timeout)
+    return sub, _extract(sub, rule.pattern, rule.engine, rule.groups, budget, rule)
 
 
 def _context_fields(rule: Rule, anchors: pl.DataFrame, cand: pl.DataFrame, keys: dict[_Key, pl.Series],
@@ -687,24 +692,29 @@ def _frame(records: pl.DataFrame, offset: int = 0) -> pl.DataFrame:
 
 
 def match_records(records: pl.DataFrame, rules: RuleSet, *, regex_timeout: float = REGEX_TIMEOUT,
-                  vectorise: bool = True) -> pl.DataFrame:
+                  vectorise: bool = True, budget: RegexBudget | None = None) -> pl.DataFrame:
     """Apply every rule to the records (RECORD_SCHEMA); events in EVENT_SCHEMA sorted by (path, line, rule).
-    `vectorise=False` sends every rule through the general (Python) path; the output is the same."""
+    `vectorise=False` sends every rule through the general (Python) path; the output is the same.
+    `engine: regex` rules run within `budget` (pass one per source to bound them over all its batches and
+    to learn which rules timed out: `budget.timeouts()`); without one, a fresh budget for this call."""
     if records.height == 0 or not rules.rules:
         return empty_events()
     cand, pairs = _prefilter(_frame(records), rules)
-    return _apply_rules(cand, pairs, rules, regex_timeout, vectorise)
+    return _apply_rules(cand, pairs, rules, budget if budget is not None else RegexBudget(timeout=regex_timeout),
+                        vectorise)
 
 
 class Matcher:
     """Matching over a stream of record batches (one source). Each batch is prefiltered when it comes (one
     Aho-Corasick pass); only its candidate records are kept, copied out of the batch's buffers, and the rules
     run over the candidates of many batches at once: their fixed cost per rule is paid per `flush_rows`
-    candidates rather than per batch, and context patterns see across batch cuts."""
+    candidates rather than per batch, and context patterns see across batch cuts. `engine: regex` rules run
+    within `budget` (one per source: `budget.timeouts()` tells which timed out)."""
 
     def __init__(self, rules: RuleSet, *, flush_rows: int = 32_768, flush_bytes: int = 8 << 20,
-                 regex_timeout: float = REGEX_TIMEOUT) -> None:
-        self.rules, self.regex_timeout = rules, regex_timeout
+                 budget: RegexBudget | None = None) -> None:
+        self.rules = rules
+        self.budget = budget if budget is not None else RegexBudget()
         self.flush_rows, self.flush_bytes = flush_rows, flush_bytes
         self._cand: list[pl.DataFrame] = []
         self._pairs: list[pl.DataFrame] = []
@@ -735,10 +745,10 @@ class Matcher:
             return empty_events()
         cand, pairs = pl.concat(self._cand), pl.concat(self._pairs)
         self._cand, self._pairs, self._rows, self._bytes = [], [], 0, 0
-        return _apply_rules(cand, pairs, self.rules, self.regex_timeout, True)
+        return _apply_rules(cand, pairs, self.rules, self.budget, True)
 
 
-def _apply_rules(cand: pl.DataFrame, pairs: pl.DataFrame, rules: RuleSet, regex_timeout: float,
+def _apply_rules(cand: pl.DataFrame, pairs: pl.DataFrame, rules: RuleSet, budget: RegexBudget,
                  vectorise: bool) -> pl.DataFrame:
     """Each rule over its candidate rows -> events, sorted by (path, line, rule)."""
     if cand.height == 0:
@@ -746,7 +756,7 @@ def _apply_rules(cand: pl.DataFrame, pairs: pl.DataFrame, rules: RuleSet, regex_
     keys = _keys(pairs)
     parts: list[pl.DataFrame] = []
     for i, rule in enumerate(rules.rules):
-        sub, hits = _rule_matches(rule, keys.get(_Key(i)), cand, regex_timeout)
+        sub, hits = _rule_matches(rule, keys.get(_Key(i)), cand, budget)
         if hits.height == 0:
             continue
         if vectorise and vectorisable(rule):
@@ -831,8 +841,9 @@ def run_examples(rules: RuleSet, *, parse: Callable[[str, str | None, str], pl.D
                     continue
                 frames.append(recs.with_columns(pl.lit(key).alias("path")))
                 todo.append((rule, ex, expect, key))
+    budget = RegexBudget()
     if frames:
-        events = match_records(pl.concat(frames, how="vertical_relaxed"), rules)
+        events = match_records(pl.concat(frames, how="vertical_relaxed"), rules, budget=budget)
     else:
         events = empty_events()
     by_key: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -848,6 +859,8 @@ def run_examples(rules: RuleSet, *, parse: Callable[[str, str | None, str], pl.D
         if not evs:
             others = sorted({r for (k, r) in by_key if k == key})
             hint = f" (matched by: {', '.join(others)})" if others else ""
+            if rule.id in budget.timed_out_on(key, 0, 1 << 62):
+                hint += f" (its pattern timed out after {budget.timeout:g} s: it backtracks catastrophically)"
             results.append(ExampleResult(rule.id, ex.location, True, False, f"did not match{hint}"))
             continue
         ev = evs[0]
@@ -1067,6 +1080,18 @@ class RecordExplanation:
     events: tuple[Mapping[str, Any], ...]            # events that start at (or, with a focus line, cover) it
     near: tuple[NearMiss, ...]
     covered_by: tuple[Mapping[str, Any], ...] = ()   # multi-record events this record is a later part of
+    timed_out: tuple[str, ...] = ()  # `engine: regex` rules whose search timed out on this record
+    not_applied: tuple[str, ...] = ()  # ... or that were not applied to it: their time budget was spent
+
+    @property
+    def timeout_notes(self) -> tuple[str, ...]:
+        """One sentence per rule that timed out on this record or was not applied to it."""
+        timeout = REGEX_TIMEOUT
+        fix = "; simplify its pattern (nested or overlapping repeats such as `(a|aa)+` backtrack catastrophically)"
+        return (tuple(f"timed out: {r}: its pattern ran for more than {timeout:g} s on this message and was "
+                      f"stopped, so the rule cannot say whether it matches{fix}" for r in self.timed_out)
+                + tuple(f"timed out: {r}: not applied to this message: it had spent its time budget on earlier "
+                        f"messages of this source{fix}" for r in self.not_applied))
 
     @property
     def verdict(self) -> str:
@@ -1085,12 +1110,15 @@ class Explanation:
         return any(r.events for r in self.records)
 
 
-def nearest(rules: RuleSet, record: Mapping[str, Any], top: int = 3) -> tuple[NearMiss, ...]:
+def nearest(rules: RuleSet, record: Mapping[str, Any], top: int = 3, skip: Iterable[str] = ()) -> tuple[NearMiss, ...]:
     """The rules whose patterns came closest to the record's message: those that match but did not apply
-    first, then near misses above the threshold, best first."""
+    first, then near misses above the threshold, best first. Rules in `skip` (they timed out) are not tried."""
     msg = record.get("message") or ""
     scored: list[NearMiss] = []
+    skipped = set(skip)
     for rule in rules.rules:
+        if rule.id in skipped:
+            continue
         nm = near_miss(rule, msg)
         if nm is None:
             continue
@@ -1106,8 +1134,11 @@ def nearest(rules: RuleSet, record: Mapping[str, Any], top: int = 3) -> tuple[Ne
 def explain(records: pl.DataFrame, rules: RuleSet, *, focus_line: int | None = None, top: int = 3) -> Explanation:
     """Match the records; per record (only the one holding `focus_line` when given) the events it produced,
     or when none, the rules that came closest and where their patterns stopped matching. Without a focus
-    line an event is listed once, at the first record it spans; later records it spans are `covered_by` it."""
-    events = match_records(records, rules)
+    line an event is listed once, at the first record it spans; later records it spans are `covered_by` it.
+    Rules whose pattern timed out on a record (or had spent their time budget) are named in `timed_out` /
+    `not_applied`, never hidden."""
+    budget = RegexBudget()
+    events = match_records(records, rules, budget=budget)
     out: list[RecordExplanation] = []
     ev_rows = list(events.iter_rows(named=True))
     listed: set[int] = set()
@@ -1125,6 +1156,8 @@ def explain(records: pl.DataFrame, rules: RuleSet, *, focus_line: int | None = N
             listed.update(mine)
         evs = tuple(ev_rows[i] for i in mine)
         cov = tuple(ev_rows[i] for i in covered)
-        near = () if evs or cov else nearest(rules, rec, top)
-        out.append(RecordExplanation(rec, evs, near, cov))
+        slow = budget.timed_out_on(rec["path"], a, b)
+        unapplied = tuple(r for r in budget.skipped_on(rec["path"], a, b) if r not in slow)
+        near = () if evs or cov else nearest(rules, rec, top, skip=(*slow, *unapplied))
+        out.append(RecordExplanation(rec, evs, near, cov, slow, unapplied))
     return Explanation(tuple(out))

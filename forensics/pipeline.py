@@ -27,6 +27,7 @@ from .formats import FORMATS, StructuredFormat
 from .normalise import normalise_batch
 from .timefix import EXTRA, SourceClock, YearAnchor
 from .parse import ParseContext, parse_lines, parse_structured, resolve
+from .regexbudget import RegexBudget, RuleTimeout
 from .schema import EVENT_SCHEMA, RECORD_SCHEMA, TimeSource, empty_events, empty_records
 from .sources import ReadStats, Source, SourceError, expand, head_bytes, read_batches
 from .store import SourceEntry, Store, sink_parquet, write_parquet
@@ -50,6 +51,7 @@ class SourceResult:
     status: str                   # ingested, unchanged, failed
     entry: SourceEntry | None = None
     error: str | None = None
+    timeouts: tuple[RuleTimeout, ...] = ()   # `engine: regex` rules that timed out on this source
 
 
 @dataclass
@@ -233,12 +235,13 @@ def _load_rules(opts: IngestOptions):  # -> RuleSet | None
     return load_rules([Path(d) for d in opts.rules_dirs])
 
 
-def match_events(records: pl.DataFrame, rules) -> pl.DataFrame:
+def match_events(records: pl.DataFrame, rules, budget: RegexBudget | None = None) -> pl.DataFrame:
+    """The events of one batch; `budget` (one per source) bounds the `engine: regex` rules over all its batches."""
     if rules is None or records.height == 0:
         return empty_events()
     from .match import match_records
 
-    return match_records(records, rules)
+    return match_records(records, rules, budget=budget)
 
 
 class _Sink:
@@ -271,12 +274,12 @@ class _Sink:
             self.events.append(part)
 
 
-def _matcher(rules):  # -> match.Matcher | None
+def _matcher(rules, budget: RegexBudget | None = None):  # -> match.Matcher | None
     if rules is None:
         return None
     from .match import Matcher
 
-    return Matcher(rules)
+    return Matcher(rules, budget=budget)
 
 
 def fingerprint(src: Source) -> str:
@@ -334,16 +337,18 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
             return SourceResult(src.display, "unchanged", hit[0])
         replace_ids = tuple(e.source_id for e in hit)
     staging = store.staging()
+    budget = RegexBudget()
     try:
-        entry = _stream_source(store, src, det, opts, rules, fp, staging, progress, dated)
+        entry = _stream_source(store, src, det, opts, rules, fp, staging, progress, dated, budget)
         store.commit(entry, staging / "records.parquet", staging / "events.parquet", replace_ids)
     finally:
         store.cleanup(staging)
-    return SourceResult(src.display, "ingested", entry)
+    return SourceResult(src.display, "ingested", entry, timeouts=budget.timeouts())
 
 
 def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOptions, rules, fp: str, staging: Path,
-                   progress: Callable[[Source], Progress] | None, dated: DatedWait | None = None) -> SourceEntry:
+                   progress: Callable[[Source], Progress] | None, dated: DatedWait | None = None,
+                   budget: RegexBudget | None = None) -> SourceEntry:
     stats = ReadStats()
     tmp_id = "t" + hashlib.sha256(f"{src.display}{fp}".encode()).hexdigest()[:15]
     ctx = ParseContext(path=src.display, tz=opts.tz, source_id=tmp_id)
@@ -356,7 +361,7 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
         head = pl.DataFrame({"line": pl.int_range(1, sample.len() + 1, eager=True, dtype=pl.Int64), "text": sample})
         clock.decide_order(parse_lines(head, formats, ctx, final=True)[0])
     tick = progress(src) if progress else None
-    sink = _Sink(staging, det, _matcher(rules))
+    sink = _Sink(staging, det, _matcher(rules, budget))
     behind = ThreadPoolExecutor(1, thread_name_prefix="sink")  # matching and staging overlap the next batch's parse
     pending: list[Future] = []
 
@@ -519,14 +524,19 @@ def anchor_kernel_clocks(store: Store, opts: IngestOptions, rules) -> list[BootA
 RESCAN_ROWS = 1_000_000
 
 
-def rescan(store: Store, opts: IngestOptions) -> int:
-    """Re-apply the rule packs to every stored source, in slices; returns the number of events."""
+def rescan(store: Store, opts: IngestOptions, on_timeout: Callable[[RuleTimeout], None] | None = None) -> int:
+    """Re-apply the rule packs to every stored source, in slices; returns the number of events. Each
+    `engine: regex` rule that timed out on a source is passed to `on_timeout`."""
     rules = _load_rules(opts)
     total = 0
     for e in store.sources():
         lf = store.records([e.source_id])
-        events = [match_events(lf.slice(i, RESCAN_ROWS).collect(), rules)
+        budget = RegexBudget()
+        events = [match_events(lf.slice(i, RESCAN_ROWS).collect(), rules, budget)
                   for i in range(0, max(e.records, 1), RESCAN_ROWS)]
+        for t in budget.timeouts():
+            if on_timeout is not None:
+                on_timeout(t)
         ev = pl.concat(events) if events else empty_events()
         staging = store.staging()
         try:

@@ -201,11 +201,11 @@ def test_rescan_does_not_undo_a_concurrent_anchoring(tmp_path: Path, monkeypatch
     real = pipeline.match_events
     done = []
 
-    def other_process_meanwhile(records, rules):  # noqa: ANN001, ANN202
+    def other_process_meanwhile(records, rules, *budget):  # noqa: ANN001, ANN002, ANN202
         if not done:   # while rescan matches dmesg.log, another ingest lands the journal and anchors dmesg.log
             done.append(True)
             assert not ingest(Store(tmp_path / "s"), [str(journal)], IngestOptions()).failed
-        return real(records, rules)
+        return real(records, rules, *budget)
 
     monkeypatch.setattr(pipeline, "match_events", other_process_meanwhile)
     rescan(store, IngestOptions())

@@ -215,6 +215,82 @@ def test_regex_engine_rule_with_lookahead(rules: RuleSet) -> None:
     assert ev.select("line", "kind").rows() == [(1, "cuda_error"), (2, "cuda_oom")]
 
 
+BACKTRACK_RULE = """pack: bt
+kinds:
+  bt_run: {role: cause, description: a run of a letters}
+rules:
+  - id: bt.run
+    kind: bt_run
+    severity: error
+    role: cause
+    engine: regex
+    pattern: '(?P<run>(a|aa)+)$'
+    literals: [aaaa]
+    title: 'a run of {run}'
+    explain: catastrophic backtracking, on purpose
+    examples:
+      match: ['2025-05-25T00:00:00+00:00 h app[1]: aaaa']
+      near_miss: ['2025-05-25T00:00:00+00:00 h app[1]: bbbb']
+"""
+
+
+@pytest.fixture(scope="module")
+def backtrack_rules(tmp_path_factory: pytest.TempPathFactory) -> RuleSet:
+    p = tmp_path_factory.mktemp("bt") / "bt.yaml"
+    p.write_text(BACKTRACK_RULE)
+    return RuleSet(rules=load_pack(p).rules)
+
+
+def test_regex_budget_holds_across_batches_of_one_source(backtrack_rules: RuleSet) -> None:
+    """The budget is per rule and source over every batch: once spent, later batches are not searched."""
+    import time
+
+    from forensics.regexbudget import RegexBudget
+
+    hostile = [{"ident": "app", "message": "a" * 40 + "!"} for _ in range(6)]
+    budget = RegexBudget(budget=0.2, timeout=0.05)
+    t0 = time.monotonic()
+    for batch in range(4):
+        rows = [{**r, "line": batch * 10 + i + 1} for i, r in enumerate(hostile)]
+        rows.append({"ident": "app", "message": "aaaa", "line": batch * 10 + 9})   # a match, once the rule runs
+        ev = match_records(records(rows), backtrack_rules, budget=budget)
+        assert ev.height == 0   # the budget is spent on the first batch's hostile lines, before line 9
+    took = time.monotonic() - t0
+    assert took < 0.2 + 0.05 + 1.5, f"{took:.2f} s: the budget did not hold across batches"
+    (t,) = budget.timeouts()
+    assert t.rule == "bt.run" and t.source == "t.log" and t.first == "t.log:1" and t.location.endswith("bt.yaml:5")
+    assert 1 <= t.timed_out <= 6 and t.exhausted and t.timed_out + t.skipped == 4 * 7
+    text = t.describe()
+    assert "bt.run" in text and "timed out" in text and "t.log" in text and f"other {t.skipped}" in text
+    # another source has its own budget
+    other = records([{**hostile[0], "path": "u.log"}])
+    match_records(other, backtrack_rules, budget=budget)
+    assert {x.source for x in budget.timeouts()} == {"t.log", "u.log"}
+
+
+def test_sane_regex_rules_are_never_charged(rules: RuleSet) -> None:
+    from forensics.regexbudget import RegexBudget
+
+    msgs = [{"format": "text", "message": "RuntimeError: CUDA error: out of memory"}] * 2000
+    budget = RegexBudget(budget=0.0001)
+    ev = match_records(records(msgs), rules, budget=budget)
+    assert ev.filter(pl.col("kind") == "cuda_oom").height == 2000 and budget.timeouts() == ()
+
+
+def test_explain_and_examples_name_a_rule_that_timed_out(backtrack_rules: RuleSet, tmp_path: Path) -> None:
+    from forensics.parse import parse_text
+
+    ex = explain(parse_text("2025-05-25T00:00:00+00:00 h app[1]: " + "a" * 32 + "!\n", path="x.log"),
+                 backtrack_rules)
+    (rec,) = ex.records
+    assert rec.timed_out == ("bt.run",) and any("bt.run" in n and "timed out" in n for n in rec.timeout_notes)
+    p = tmp_path / "slow.yaml"
+    p.write_text(BACKTRACK_RULE.replace("match: ['2025-05-25T00:00:00+00:00 h app[1]: aaaa']",
+                                        "match: ['2025-05-25T00:00:00+00:00 h app[1]: " + "a" * 32 + "!']"))
+    bad = [str(r) for r in run_examples(RuleSet(rules=load_pack(p).rules)) if not r.ok]
+    assert len(bad) == 1 and "did not match" in bad[0] and "timed out" in bad[0], bad
+
+
 def test_events_sorted_by_path_line_rule(rules: RuleSet) -> None:
     msg = "a.service: Main process exited, code=killed, status=9/KILL"
     df = records([{"ident": "systemd", "message": msg, "path": p, "line": n} for p, n in

@@ -156,6 +156,23 @@ def test_mdsafe_units() -> None:
     assert code("a|b") == "`a`\\|`b`" and code("``x") == "``` ``x ```"
     assert prose("use `--x` now") == "use `--x` now"
     assert fence("a\n````\nb") == "`````\na\n````\nb\n`````"
+    assert prose("a `x`, (`y`) and \"`z`\": `w`.") == "a `x`, (`y`) and \"`z`\": `w`."
+    assert prose("tick ` and ``` runs") == "tick \\` and \\`\\`\\` runs"
+
+
+RULE_TEXT = ("An exception ({value}) was raised. `origin` is the log line that introduced it (a worker's "
+             "`Scheduler hit an exception:`, or uvicorn's `Exception in ASGI application`) {value}.")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="`~*_[]()<>!|#&@:/.w -", max_size=40))
+def test_log_values_in_rule_text_leave_its_code_spans_whole(value: str) -> None:
+    """A log value filled into a rule's text (twice, anywhere) never pairs with the text's own code spans."""
+    html = MarkdownIt("commonmark").render(prose(RULE_TEXT.format(value=value)))
+    for span in ("origin", "Scheduler hit an exception:", "Exception in ASGI application"):
+        assert f"<code>{span}</code>" in html, (value, html)
+    outside = re.sub(r"<code>.*?</code>", "", html, flags=re.S)
+    assert "\\`" not in outside and "ASGI" not in outside and "origin" not in outside, (value, html)
 
 
 # ----------------------------------------------------------------------------- size limit

@@ -21,6 +21,7 @@ from forensics.render.html import render_html
 from forensics.render.jsondoc import SCHEMA_VERSION, render_json
 from forensics.render.markdown import render_markdown
 from forensics.render.options import FORMATS, GITHUB_COMMENT_LIMIT, ReportOptions, SourceReader
+from forensics.render.sandbox import Limits
 from forensics.render.templates import html_env, markdown_env
 from forensics.render.trim import fit
 from forensics.render.view import build_view
@@ -50,12 +51,13 @@ def render_report(incidents: Sequence[Incident], fmt: Literal["md", "html", "jso
         data, redactor = _redact(data, options.redact_map)
     view = build_view(data, options, redacted=redactor is not None)
     user_dir = options.template_dir
+    limits = Limits(seconds=options.template_seconds)     # user templates only: one budget for the report
     if fmt == "json":
         out = render_json(data, view)
     elif fmt == "html":
-        out = render_html(view, markdown_env(user_dir), html_env(user_dir))
+        out = render_html(view, markdown_env(user_dir, limits), html_env(user_dir, limits))
     else:
-        env = markdown_env(user_dir)
+        env = markdown_env(user_dir, limits)
         out = fit(view, lambda v: render_markdown(v, env), options.max_chars)
     if redactor is not None:
         redactor.check(out, fmt)

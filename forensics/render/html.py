@@ -17,6 +17,7 @@ from markupsafe import Markup
 from forensics.render.markdown import render_markdown
 from forensics.render.mdsafe import visible
 from forensics.render.svg import timeline_svg
+from forensics.render.templates import render_template
 from forensics.render.timefmt import Clock
 from forensics.render.view import ReportView
 
@@ -41,5 +42,5 @@ def render_html(view: ReportView, md_env: Environment, html_env: Environment) ->
     for iv in view.incidents:
         svg = timeline_svg(iv, clock)
         body = body.replace(f"<p>{slot}-{iv.index}</p>", f'<figure class="timeline">{svg}</figure>', 1)
-    page = html_env.get_template("report.html.j2").render(report=view, title=visible(view.title), body=Markup(body))
+    page = render_template(html_env, "report.html.j2", report=view, title=visible(view.title), body=Markup(body))
     return page if page.endswith("\n") else page + "\n"

@@ -6,6 +6,7 @@ import re
 
 from jinja2 import Environment
 
+from forensics.render.templates import render_template
 from forensics.render.view import ReportView
 
 _FENCE = re.compile(r"^(`{3,}|~{3,})")
@@ -51,4 +52,4 @@ def tidy(text: str) -> str:
 
 
 def render_markdown(view: ReportView, env: Environment) -> str:
-    return tidy(env.get_template("report.md.j2").render(report=view))
+    return tidy(render_template(env, "report.md.j2", report=view))

@@ -29,7 +29,9 @@ _INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u
 _ACTIVE = re.compile(r"([\\`*_\[\]<>!|~&$#{}])")
 _LINKISH = re.compile(r"://|\bwww\.|@|#\d|^[A-Za-z][A-Za-z0-9+.-]*:[^\s]")
 _BACKTICKS = re.compile(r"`+")
-_CODE_IN_PROSE = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)
+# where prose opens and closes its code spans: `(`see `x`, ...)`; any other backtick is shown as text
+_OPENS_AFTER = frozenset(" \t([{\"'/")
+_CLOSES_BEFORE = frozenset(" \t.,;:!?)]}\"'/-")
 # what would start a list, a heading underline or a thematic break at the start of a line
 _LEADING_BLOCK = re.compile(r"^( *)(?:(\d{1,9})([.)])(?=\s|$)|([-+=*])(?=\s|$|[-=*\s]*$))")
 
@@ -98,8 +100,30 @@ def bold(value: object) -> Md:
     return Md(f"**{text}**") if text.strip() else Md("")
 
 
+def prose_code_spans(text: str) -> list[tuple[int, int]]:
+    """The (start, end) of the code spans a rule or correlation text writes: a backtick run that opens (at the
+    start, or after a space or an opening bracket or quote, and before a non-space) followed by the very next
+    backtick run, of the same length, where it closes (after a non-space, and at the end or before a space or
+    punctuation). Log values filled into the text cannot pair with the text's own spans this way: a stray
+    run (``` ``` ```, a lone backtick) opens nothing or closes nothing, and is shown as text."""
+    runs = [(m.start(), m.end()) for m in _BACKTICKS.finditer(text)]
+    spans: list[tuple[int, int]] = []
+    i = 0
+    while i + 1 < len(runs):
+        (a0, a1), (b0, b1) = runs[i], runs[i + 1]
+        opens = (a0 == 0 or text[a0 - 1] in _OPENS_AFTER) and not text[a1].isspace()
+        closes = not text[b0 - 1].isspace() and (b1 == len(text) or text[b1] in _CLOSES_BEFORE)
+        if opens and closes and a1 - a0 == b1 - b0:
+            spans.append((a0, b1))
+            i += 2
+        else:
+            i += 1
+    return spans
+
+
 def prose(value: object) -> Md:
-    """Text written by a rule or by correlation: its backtick spans stay code, the rest is `inline`."""
+    """Text written by a rule or by correlation, perhaps with log values filled in: its own backtick spans
+    (`prose_code_spans`) stay code, everything else is `inline` (so a backtick from a log value is text)."""
     if isinstance(value, Md):
         return value
     if value is None:
@@ -107,11 +131,12 @@ def prose(value: object) -> Md:
     text = " ".join(visible(str(value)).split("\n")).strip()
     out: list[str] = []
     pos = 0
-    for m in _CODE_IN_PROSE.finditer(text):
-        before = text[pos:m.start()]
-        out.append(_inline_keep_space(before))
-        out.append(str(code(m.group(2).strip() or m.group(2))))
-        pos = m.end()
+    for start, end in prose_code_spans(text):
+        out.append(_inline_keep_space(text[pos:start]))
+        ticks = len(_BACKTICKS.match(text, start).group(0))
+        inner = text[start + ticks:end - ticks]
+        out.append(str(code(inner.strip() or inner)))
+        pos = end
     out.append(_inline_keep_space(text[pos:]))
     joined = ""
     for piece in out:  # two code spans side by side would merge their backtick runs: keep them apart

@@ -9,6 +9,7 @@ from typing import Literal
 
 from forensics import __version__
 from forensics.model import SourceInfo
+from forensics.render.sandbox import SECONDS as TEMPLATE_SECONDS
 
 Format = Literal["md", "html", "json"]
 FORMATS: tuple[str, ...] = ("md", "html", "json")
@@ -24,6 +25,7 @@ class ReportOptions:
     tz: str = "UTC"                           # IANA zone shown beside UTC
     max_chars: int = GITHUB_COMMENT_LIMIT     # Markdown only; 0 = no limit
     template_dir: Path | None = None          # user templates, rendered in a sandbox
+    template_seconds: float = TEMPLATE_SECONDS  # time the user templates of one report may take, in all
     redact: bool = False
     redact_map: Path | None = None            # JSON mapping read (if present) and written back
     generated_at: str | None = None           # printed only when given

@@ -1,20 +1,24 @@
-"""The Jinja environments: built-in templates trusted, `--template DIR` templates sandboxed.
+"""The Jinja environments: built-in templates trusted, `--template DIR` templates sandboxed and bounded.
 
 Markdown templates print every `{{ value }}` through `mdsafe.inline` (the environment's `finalize`),
 so a template that forgets a filter still cannot turn log text into Markdown; filters that produce
 Markdown (`code`, `prose`, `fence`, `codes`) return `Md`, which is printed as is. HTML templates
 autoescape. Both use `StrictUndefined`: a misspelt variable is an error, not an empty string.
+User templates are read from their directory only and run in `sandbox.BoundedSandbox`, within the time and
+size limits of `sandbox.Limits` (shared by the environments of one report); `render_template` is the one
+way both kinds are rendered.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from jinja2 import BaseLoader, ChoiceLoader, Environment, FileSystemLoader, StrictUndefined
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from forensics.render.mdsafe import Md, bold, code, fence, inline, prose
+from forensics.render.sandbox import BoundedSandbox, ConfinedLoader, Limits, render_bounded
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent.parent / "report_templates"
 
@@ -34,23 +38,30 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 def _loader(user_dir: Path | None) -> BaseLoader:
     builtin = FileSystemLoader(str(BUILTIN_DIR))
-    return ChoiceLoader([FileSystemLoader(str(user_dir)), builtin]) if user_dir else builtin
+    return ChoiceLoader([ConfinedLoader(user_dir), builtin]) if user_dir else builtin
 
 
-def _env(user_dir: Path | None, **kw: object) -> Environment:
-    cls = ImmutableSandboxedEnvironment if user_dir is not None else Environment
-    env = cls(loader=_loader(user_dir), undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-              keep_trailing_newline=True, **kw)  # type: ignore[arg-type]
+def _env(user_dir: Path | None, limits: Limits | None, **kw: object) -> Environment:
+    opts: dict[str, Any] = dict(loader=_loader(user_dir), undefined=StrictUndefined, trim_blocks=True,
+                                lstrip_blocks=True, keep_trailing_newline=True, **kw)
+    env = BoundedSandbox(limits=limits, **opts) if user_dir is not None else Environment(**opts)
     env.globals["plural"] = plural
     env.globals["hashes"] = hashes
     return env
 
 
-def markdown_env(user_dir: Path | None = None) -> Environment:
-    env = _env(user_dir, autoescape=False, finalize=inline)
+def markdown_env(user_dir: Path | None = None, limits: Limits | None = None) -> Environment:
+    env = _env(user_dir, limits, autoescape=False, finalize=inline)
     env.filters.update(code=code, prose=prose, fence=fence, md=inline, codes=codes, bold=bold)
     return env
 
 
-def html_env(user_dir: Path | None = None) -> Environment:
-    return _env(user_dir, autoescape=True)
+def html_env(user_dir: Path | None = None, limits: Limits | None = None) -> Environment:
+    return _env(user_dir, limits, autoescape=True)
+
+
+def render_template(env: Environment, name: str, **context: Any) -> str:
+    """Template `name` of `env` with `context`: within the limits when `env` holds user templates."""
+    if isinstance(env, BoundedSandbox):
+        return render_bounded(env, name, context)
+    return env.get_template(name).render(**context)
