@@ -35,8 +35,6 @@ except ImportError:
 KNOWN: list[tuple[str, str, str, str]] = [
     # tests/test_hostile.py::test_out_of_range_stamps_land : a stamp outside years 1..9999 once in UTC
     ("stamp-out-of-range", "(ValueError|OverflowError)", r"year -?\d+ is out of range|date value out of range", r""),
-    # tests/test_fuzz_short.py::test_batch_cut_after_a_backslash_line : the carry loses the record's format
-    ("batch-split-backslash", "Finding", r"^batch-split: .*a backslash line before the cut", r""),
     # tests/test_hostile.py::test_corrupt_gzip_gets_one_clear_message : zlib.error escapes head_bytes()
     ("gzip-zlib-error", "error", r"while decompressing data", r"head_bytes"),
 ]
