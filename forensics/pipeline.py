@@ -28,7 +28,8 @@ from .timefix import EXTRA, SourceClock, YearAnchor
 from .parse import ParseContext, parse_lines, parse_structured, resolve
 from .schema import EVENT_SCHEMA, RECORD_SCHEMA, TimeSource, empty_events
 from .sources import ReadStats, Source, SourceError, expand, head_bytes, read_batches
-from .store import SourceEntry, Store, sink_parquet, write_parquet, write_parquet_parts
+from .store import (SourceEntry, Store, StoreError, plain_name, sink_parquet, write_parquet,
+                    write_parquet_parts)
 
 
 @dataclass(frozen=True)
@@ -361,11 +362,30 @@ def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: Read
 def anchor_kernel_clocks(store: Store, opts: IngestOptions, rules) -> list[BootAnchor]:
     """Pair monotonic-only kernel records with wall-timed kernel records; rewrite the sources anchored."""
     mono_sources = [e for e in store.sources() if e.ts_sources.get(TimeSource.MONOTONIC_ONLY.value)]
-    if not mono_sources:
-        return []
     found: list[BootAnchor] = []
     for e in mono_sources:
-        src = store.records([e.source_id])
+        for _ in range(REWRITE_TRIES):
+            anchors = _anchor_source(store, e, opts)
+            if anchors is not None:
+                found.extend(anchors)
+                break
+            e = store.entry(e.source_id)  # another process rewrote the source meanwhile: from what it wrote
+            if e is None or not e.ts_sources.get(TimeSource.MONOTONIC_ONLY.value):
+                break
+        else:
+            raise StoreError(f"{e.path}: its store files kept changing while its dmesg clock was anchored "
+                             f"({REWRITE_TRIES} tries); run the ingest again once the other writers are done")
+    return found
+
+
+REWRITE_TRIES = 5  # a source rewritten by another process meanwhile is computed again, up to this many times
+
+
+def _anchor_source(store: Store, e: SourceEntry, opts: IngestOptions) -> list[BootAnchor] | None:
+    """Anchor one source's monotonic-only records (its files as `e` lists them). The anchors applied, or
+    None when another process rewrote the source's files meanwhile (nothing changed then)."""
+    try:
+        src = store.records_of(e)
         mono_only = pl.col("ts_source") == TimeSource.MONOTONIC_ONLY.value
         mono_msgs = src.filter(mono_only).select("message")
         walled = (store.records()
@@ -373,52 +393,72 @@ def anchor_kernel_clocks(store: Store, opts: IngestOptions, rules) -> list[BootA
                           pl.col("ts_source") != TimeSource.BOOT_ANCHORED.value)
                   .select("ts", "message", "host").join(mono_msgs, on="message", how="semi").collect())
         if walled.height == 0:
-            continue
+            return []
         mono = (src.filter(mono_only).select("boot_id", "mono", "message", "host")
                 .join(walled.lazy().select("message"), on="message", how="semi").collect())
-        anchors = {a.boot_id: a for a in find_anchors(mono, walled)}
-        if not anchors:
-            continue
-        found.extend(anchors.values())
-        staging = store.staging()
+    except FileNotFoundError:
+        return None  # its files were replaced (and the old ones deleted) since `e` was read
+    anchors = {a.boot_id: a for a in find_anchors(mono, walled)}
+    if not anchors:
+        return []
+    staging = store.staging()
+    try:
+        records_file = staging / "records.parquet"
         try:
-            records_file = staging / "records.parquet"
             sink_parquet(apply_anchor(src, anchors, opts.host), records_file, RECORD_SCHEMA)
-            events = retime_events(store.events([e.source_id]).collect(), records_file)
-            write_parquet(events, staging / "events.parquet", EVENT_SCHEMA)
-            summary = _summary(records_file)
-            hosts = pl.scan_parquet(records_file).select(pl.col("host").drop_nulls().mode().sort().first()).collect()
-            how = "; ".join(sorted({a.how for a in anchors.values()}))
-            left = summary["ts_sources"].get(TimeSource.MONOTONIC_ONLY.value, 0)
-            entry = replace(e, first_ts=summary["first_ts"], last_ts=summary["last_ts"],
-                            ts_sources=summary["ts_sources"], host=hosts.item() or e.host,
-                            time_anchor=how + (f"; {left} record(s) of other boots still monotonic only"
-                                               if left else ""))
-            store.update(entry, records_file, staging / "events.parquet")
-        finally:
-            store.cleanup(staging)
-    return found
+            events = retime_events(store.events_of(e).collect(), records_file)
+        except FileNotFoundError:
+            return None
+        write_parquet(events, staging / "events.parquet", EVENT_SCHEMA)
+        summary = _summary(records_file)
+        hosts = pl.scan_parquet(records_file).select(pl.col("host").drop_nulls().mode().sort().first()).collect()
+        how = "; ".join(sorted({a.how for a in anchors.values()}))
+        left = summary["ts_sources"].get(TimeSource.MONOTONIC_ONLY.value, 0)
+        entry = replace(e, first_ts=summary["first_ts"], last_ts=summary["last_ts"],
+                        ts_sources=summary["ts_sources"], host=hosts.item() or e.host,
+                        time_anchor=how + (f"; {left} record(s) of other boots still monotonic only"
+                                           if left else ""))
+        if not store.update(entry, records_file, staging / "events.parquet", based_on=e):
+            return None
+    finally:
+        store.cleanup(staging)
+    return list(anchors.values())
 
 
 RESCAN_ROWS = 1_000_000
 
 
 def rescan(store: Store, opts: IngestOptions) -> int:
-    """Re-apply the rule packs to every stored source, in slices; returns the number of events."""
+    """Re-apply the rule packs to every stored source, in slices; returns the number of events. A source
+    whose records another process rewrote meanwhile (dmesg anchoring) is matched again from the new ones."""
     rules = _load_rules(opts)
     total = 0
-    for e in store.sources():
-        lf = store.records([e.source_id])
-        events = [match_events(lf.slice(i, RESCAN_ROWS).collect(), rules)
-                  for i in range(0, max(e.records, 1), RESCAN_ROWS)]
-        ev = pl.concat(events) if events else empty_events()
-        staging = store.staging()
-        try:
-            write_parquet(ev, staging / "e.parquet", EVENT_SCHEMA)
-            store.update_events(e.source_id, staging / "e.parquet", ev.height)
-        finally:
-            store.cleanup(staging)
-        total += ev.height
+    for sid in [e.source_id for e in store.sources()]:
+        for _ in range(REWRITE_TRIES):
+            e = store.entry(sid)
+            if e is None:
+                break  # the source went away meanwhile
+            try:
+                lf = store.records_of(e)
+                events = [match_events(lf.slice(i, RESCAN_ROWS).collect(), rules)
+                          for i in range(0, max(e.records, 1), RESCAN_ROWS)]
+            except FileNotFoundError:
+                continue  # its records were replaced since `e` was read
+            ev = pl.concat(events) if events else empty_events()
+            staging = store.staging()
+            try:
+                write_parquet(ev, staging / "e.parquet", EVENT_SCHEMA)
+                done = store.update_events(sid, staging / "e.parquet", ev.height,
+                                           records_name=e.records_name or plain_name(sid))
+            finally:
+                store.cleanup(staging)
+            if done:
+                total += ev.height
+                break
+        else:
+            raise StoreError(f"{store.path}: the records of source {sid} kept changing while they were "
+                             f"matched ({REWRITE_TRIES} tries); run `forensics rescan` again once the other "
+                             f"writers are done")
     return total
 
 
