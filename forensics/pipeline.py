@@ -26,7 +26,7 @@ from .formats import FORMATS, StructuredFormat
 from .normalise import normalise_batch
 from .timefix import EXTRA, SourceClock, YearAnchor
 from .parse import ParseContext, parse_lines, parse_structured, resolve
-from .schema import EVENT_SCHEMA, RECORD_SCHEMA, TimeSource, empty_events
+from .schema import EVENT_SCHEMA, OUT_OF_RANGE, RECORD_SCHEMA, TimeSource, empty_events
 from .sources import ReadStats, Source, SourceError, expand, head_bytes, read_batches
 from .store import (SourceEntry, Store, StoreError, plain_name, sink_parquet, write_parquet,
                     write_parquet_parts)
@@ -48,8 +48,9 @@ class IngestOptions:
 class SourceResult:
     path: str
     status: str                   # ingested, unchanged, failed
-    entry: SourceEntry | None = None
+    entry: SourceEntry | None = None    # also for a failed source whose lines before a fault landed
     error: str | None = None
+    warnings: list[str] = field(default_factory=list)   # what landed but is not as written (file:line: ...)
 
 
 @dataclass
@@ -220,15 +221,20 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
         replace_ids = tuple(e.source_id for e in hit)
     staging = store.staging()
     try:
-        entry = _stream_source(store, src, det, opts, rules, fp, staging, progress)
+        entry, lost = _stream_source(store, src, det, opts, rules, fp, staging, progress)
         store.commit(entry, staging / "records.parquet", staging / "events.parquet", replace_ids)
     finally:
         store.cleanup(staging)
-    return SourceResult(src.display, "ingested", entry)
+    warnings = [f"{src.display}:{n.removeprefix('line ')}" for n in entry.notes if n.startswith("line ")]
+    if lost:  # the lines before a fault of the stream landed; the source still failed
+        return SourceResult(src.display, "failed", entry, error=lost, warnings=warnings)
+    return SourceResult(src.display, "ingested", entry, warnings=warnings)
 
 
 def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOptions, rules, fp: str, staging: Path,
-                   progress: Callable[[Source], Progress] | None) -> SourceEntry:
+                   progress: Callable[[Source], Progress] | None) -> tuple[SourceEntry, str | None]:
+    """The source's entry (its files written to `staging`), and the error that ended its stream early (the
+    lines before it are kept) or None."""
     stats = ReadStats()
     tmp_id = "t" + hashlib.sha256(f"{src.display}{fp}".encode()).hexdigest()[:15]
     ctx = ParseContext(path=src.display, tz=opts.tz, source_id=tmp_id)
@@ -262,14 +268,20 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
         parts.append(part)
 
     carry = pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
-    for batch in read_batches(src, stats, BATCH_BYTES):
-        if carry.height:
-            batch = pl.concat([carry, batch])
-        recs, carry = (parse_structured(structured, batch, ctx, final=False) if structured
-                       else parse_lines(batch, formats, ctx, final=False))
-        emit(recs)
-        if tick:
-            tick(stats.bytes)
+    lost = None
+    try:
+        for batch in read_batches(src, stats, BATCH_BYTES):
+            if carry.height:
+                batch = pl.concat([carry, batch])
+            recs, carry = (parse_structured(structured, batch, ctx, final=False) if structured
+                           else parse_lines(batch, formats, ctx, final=False))
+            emit(recs)
+            if tick:
+                tick(stats.bytes)
+    except SourceError as e:  # a cut or damaged compressed stream: what was read before lands
+        if not stats.lines:
+            raise
+        lost = str(e)
     if carry.height:
         recs, _ = (parse_structured(structured, carry, ctx, final=True) if structured
                    else parse_lines(carry, formats, ctx, final=True))
@@ -294,8 +306,11 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
     ev = pl.read_parquet([str(p) for p in events]) if events else empty_events()
     ev = retime_events(ev.with_columns(pl.lit(sid).alias("source_id")), records_file)
     write_parquet(ev, staging / "events.parquet", EVENT_SCHEMA)
-    return _entry(src, det, sid, sha, fp, stats, records_file, ev.height, how, bool(clock.rev), unparsed,
-                  clock.host_counts)
+    entry = _entry(src, det, sid, sha, fp, stats, records_file, ev.height, how, bool(clock.rev), unparsed,
+                   clock.host_counts)
+    if lost:
+        entry = replace(entry, notes=[*entry.notes, "truncated: " + lost.removeprefix(f"{src.display}: ")])
+    return entry, lost
 
 
 def retime_events(events: pl.DataFrame, records_file: Path) -> pl.DataFrame:
@@ -338,16 +353,33 @@ def _summary(records_file: Path) -> dict:
             "ts_sources": dict(zip(counts["ts_source"].to_list(), counts["len"].to_list()))}
 
 
+def _out_of_range(records_file: Path) -> list[str]:
+    """The note (`line N: ...`, also printed as a warning) on records whose stamp lies outside years 1..9999
+    once in UTC (kept with no time; `normalise`); [] when there are none (row groups of no such record are
+    skipped by their statistics)."""
+    hit = (pl.scan_parquet(records_file).filter(pl.col("ts_anchor") == OUT_OF_RANGE)
+           .select(pl.len().alias("n"), pl.col("line").min().alias("first")).collect())
+    n, first = hit.row(0)
+    if not n:
+        return []
+    return [f"line {first}: {n} record(s) stamped outside years 1..9999 once in UTC, the first here, are kept "
+            f"with no time (ts_source none): the clock that wrote them was wrong; their lines are all stored"]
+
+
 def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: ReadStats, records_file: Path,
            events: int, anchor: str, rev: bool, unparsed: int, hosts: Counter) -> SourceEntry:
     host = sorted(hosts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0] if hosts else None
     notes = []
     if stats.invalid_utf8:
         notes.append(f"{stats.invalid_utf8} line(s) held invalid UTF-8 (decoded with U+FFFD)")
-    if stats.nul_bytes:
-        notes.append(f"{stats.nul_bytes} NUL byte(s) replaced with U+FFFD")
+    if stats.nul_bytes > stats.hole_bytes:
+        notes.append(f"{stats.nul_bytes - stats.hole_bytes} NUL byte(s) replaced with U+FFFD")
+    if stats.hole_bytes:
+        notes.append(f"{stats.hole_bytes} NUL byte(s) in long runs (holes of a file copied half-written) kept as "
+                     f"`\ufffd<N NUL bytes>` markers")
     if stats.crlf:
         notes.append(f"{stats.crlf} line(s) ended in CRLF")
+    notes.extend(_out_of_range(records_file))
     size = src.real.stat().st_size if src.real else len(src.stdin_data or b"")
     summary = _summary(records_file)
     return SourceEntry(

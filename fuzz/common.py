@@ -33,10 +33,6 @@ except ImportError:
 
 # (id, exception type name, regex over the message, regex over the traceback) -> the xfail test tracking it
 KNOWN: list[tuple[str, str, str, str]] = [
-    # tests/test_hostile.py::test_out_of_range_stamps_land : a stamp outside years 1..9999 once in UTC
-    ("stamp-out-of-range", "(ValueError|OverflowError)", r"year -?\d+ is out of range|date value out of range", r""),
-    # tests/test_hostile.py::test_corrupt_gzip_gets_one_clear_message : zlib.error escapes head_bytes()
-    ("gzip-zlib-error", "error", r"while decompressing data", r"head_bytes"),
 ]
 HITS: Counter[str] = Counter()
 
