@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import polars as pl
 
-from .schema import TimeSource
+from .schema import TS_MAX_US, TS_MIN_US, TimeSource
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
@@ -94,8 +94,9 @@ def apply_anchor(recs: FrameT, anchors: dict[str, BootAnchor], host_default: str
     mono_only = pl.col("ts_source") == TimeSource.MONOTONIC_ONLY.value
     df = recs.join(table.lazy() if isinstance(recs, pl.LazyFrame) else table, on="boot_id", how="left",
                    maintain_order="left")
-    hit = mono_only & pl.col("_bt").is_not_null()
-    ts = (pl.col("_bt") + (pl.col("mono") * 1e6).round(0).cast(pl.Int64)).cast(pl.Datetime("us", "UTC"))
+    us = pl.col("_bt") + (pl.col("mono") * 1e6).round(0).cast(pl.Int64, strict=False)
+    hit = mono_only & us.is_between(TS_MIN_US, TS_MAX_US).fill_null(False)  # past year 9999: stays monotonic
+    ts = us.cast(pl.Datetime("us", "UTC"))
     return df.with_columns(
         pl.when(hit).then(ts).otherwise(pl.col("ts")).alias("ts"),
         pl.when(hit).then(pl.lit(TimeSource.BOOT_ANCHORED.value)).otherwise(pl.col("ts_source")).alias("ts_source"),

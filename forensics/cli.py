@@ -105,6 +105,8 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], fmt: str | None, host: st
     for err in report.errors:
         click.echo(f"error: {err}", err=True)
     for r in report.results:
+        for w in r.warnings:
+            click.echo(f"warning: {w}", err=True)
         if r.status == "failed":
             click.echo(f"error: {r.error}", err=True)
         elif not quiet and r.entry:

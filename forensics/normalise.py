@@ -8,7 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from .formats import JOURNAL_TEXT
-from .schema import RECORD_SCHEMA
+from .schema import OUT_OF_RANGE, RECORD_SCHEMA, TS_MAX_US, TS_MIN_US
 
 UNIT_PREFIX = r"^([\w@.\-:\\]+\.(?:service|scope|slice|socket|timer|mount|target|path|device|swap|automount)): "
 SGLANG_IN_MSG = r"^\[(\d{4}-\d{2}-\d{2}) \d{2}:\d{2}:\d{2}(?:\.\d+)?((?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+)*)\] "
@@ -24,6 +24,7 @@ def normalise_batch(recs: pl.DataFrame) -> pl.DataFrame:
     can concern (systemd lines, bracketed messages, processes that logged a traceback)."""
     if recs.height == 0:
         return recs
+    recs = _outside_years(recs)
     # a stamp naming a day that does not exist (Feb 30) parses to no time: say so
     timed_kinds = ["exact", "zone_assumed", "year_inferred"]
     recs = recs.with_columns(pl.when(pl.col("ts").is_null() & pl.col("ts_source").is_in(timed_kinds))
@@ -38,6 +39,19 @@ def normalise_batch(recs: pl.DataFrame) -> pl.DataFrame:
     if starts.height:
         recs = _merge_journal_blocks(recs, starts.select(KEY).unique())
     return recs
+
+
+def _outside_years(recs: pl.DataFrame) -> pl.DataFrame:
+    """A stamp past year 9999 or before year 1 once in UTC (`9999-12-31T23:59:59-05:00`) has no time that
+    readers can hold: the record keeps its stamp text, loses the time, and says why in `ts_anchor`."""
+    us = pl.col("ts").dt.epoch("us")
+    lo, hi = recs.select(us.min().alias("lo"), us.max().alias("hi")).row(0)
+    if lo is None or (lo >= TS_MIN_US and hi <= TS_MAX_US):
+        return recs
+    outside = ((us < TS_MIN_US) | (us > TS_MAX_US)).fill_null(False)
+    return recs.with_columns(pl.when(outside).then(None).otherwise(pl.col("ts")).alias("ts"),
+                             pl.when(outside).then(pl.lit(OUT_OF_RANGE)).otherwise(pl.col("ts_anchor"))
+                             .alias("ts_anchor"))
 
 
 def _fill(recs: pl.DataFrame, col: str, mask: pl.Expr, value: pl.Expr) -> pl.DataFrame:

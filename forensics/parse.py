@@ -188,14 +188,27 @@ def _cont_rule() -> pl.Expr:
     )
 
 
+def _carry_start(df: pl.DataFrame, last: int) -> int:
+    """Where the carry starts when the last record starts at row `last`. A text record after a claimed line
+    continues under that line's policy (the line after a backslash line joins it), so the carry then starts
+    at that claimed line: the next batch sees the same policy whatever the cut."""
+    fmt = df.get_column("format")
+    if fmt[last] != TEXT.name:
+        return last
+    claimed = (fmt.slice(0, last) != TEXT.name).arg_true()
+    return int(claimed[-1]) if claimed.len() else last
+
+
 def _assemble(df: pl.DataFrame, ctx: ParseContext, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
     cont = _continuation(df)
     carry = df.clear().select("line", "text")
     if not final and df.height:
         last = int((~cont).arg_true()[-1]) if cont is not None else df.height - 1  # where the last record starts
-        if last > 0 or df.height < MAX_CARRY:  # a record of MAX_CARRY lines is cut there
-            carry = df.slice(last).select("line", "text")
-            df, cont = df.slice(0, last), (cont.slice(0, last) if cont is not None else None)
+        start = _carry_start(df, last)
+        cut = start if start > 0 or df.height < MAX_CARRY else last  # a stretch of MAX_CARRY lines is cut there
+        if cut > 0 or df.height < MAX_CARRY:
+            carry = df.slice(cut).select("line", "text")
+            df, cont = df.slice(0, cut), (cont.slice(0, cut) if cont is not None else None)
     line_end = pl.col("line")
     if cont is not None and cont.any():
         # a record is its first row; only rows of multi-line records go through the group-by

@@ -28,9 +28,9 @@ from .normalise import normalise_batch
 from .timefix import EXTRA, SourceClock, YearAnchor
 from .parse import ParseContext, parse_lines, parse_structured, resolve
 from .regexbudget import RegexBudget, RuleTimeout
-from .schema import EVENT_SCHEMA, RECORD_SCHEMA, TimeSource, empty_events, empty_records
+from .schema import EVENT_SCHEMA, OUT_OF_RANGE, RECORD_SCHEMA, TimeSource, empty_events, empty_records
 from .sources import ReadStats, Source, SourceError, expand, head_bytes, read_batches
-from .store import SourceEntry, Store, sink_parquet, write_parquet
+from .store import SourceEntry, Store, StoreError, plain_name, sink_parquet, write_parquet
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,10 @@ class IngestOptions:
 class SourceResult:
     path: str
     status: str                   # ingested, unchanged, failed
-    entry: SourceEntry | None = None
+    entry: SourceEntry | None = None    # also for a failed source whose lines before a fault landed
     error: str | None = None
     timeouts: tuple[RuleTimeout, ...] = ()   # `engine: regex` rules that timed out on this source
+    warnings: list[str] = field(default_factory=list)   # what landed but is not as written (file:line: ...)
 
 
 @dataclass
@@ -339,16 +340,21 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
     staging = store.staging()
     budget = RegexBudget()
     try:
-        entry = _stream_source(store, src, det, opts, rules, fp, staging, progress, dated, budget)
+        entry, lost = _stream_source(store, src, det, opts, rules, fp, staging, progress, dated, budget)
         store.commit(entry, staging / "records.parquet", staging / "events.parquet", replace_ids)
     finally:
         store.cleanup(staging)
-    return SourceResult(src.display, "ingested", entry, timeouts=budget.timeouts())
+    warnings = [f"{src.display}:{n.removeprefix('line ')}" for n in entry.notes if n.startswith("line ")]
+    if lost:  # the lines before a fault of the stream landed; the source still failed
+        return SourceResult(src.display, "failed", entry, error=lost, warnings=warnings, timeouts=budget.timeouts())
+    return SourceResult(src.display, "ingested", entry, warnings=warnings, timeouts=budget.timeouts())
 
 
 def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOptions, rules, fp: str, staging: Path,
                    progress: Callable[[Source], Progress] | None, dated: DatedWait | None = None,
-                   budget: RegexBudget | None = None) -> SourceEntry:
+                   budget: RegexBudget | None = None) -> tuple[SourceEntry, str | None]:
+    """The source's entry (its files written to `staging`), and the error that ended its stream early (the
+    lines before it are kept) or None."""
     stats = ReadStats()
     tmp_id = "t" + hashlib.sha256(f"{src.display}{fp}".encode()).hexdigest()[:15]
     ctx = ParseContext(path=src.display, tz=opts.tz, source_id=tmp_id)
@@ -374,16 +380,22 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
             pending.pop().result()
         pending.append(behind.submit(sink.put, recs))
 
+    lost = None
     try:
         carry = pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
-        for batch in read_batches(src, stats, BATCH_BYTES):
-            if carry.height:
-                batch = pl.concat([carry, batch])
-            recs, carry = (parse_structured(structured, batch, ctx, final=False) if structured
-                           else parse_lines(batch, formats, ctx, final=False))
-            emit(recs)
-            if tick:
-                tick(stats.bytes)
+        try:
+            for batch in read_batches(src, stats, BATCH_BYTES):
+                if carry.height:
+                    batch = pl.concat([carry, batch])
+                recs, carry = (parse_structured(structured, batch, ctx, final=False) if structured
+                               else parse_lines(batch, formats, ctx, final=False))
+                emit(recs)
+                if tick:
+                    tick(stats.bytes)
+        except SourceError as e:  # a cut or damaged compressed stream: what was read before lands
+            if not stats.lines:
+                raise
+            lost = str(e)
         if carry.height:
             recs, _ = (parse_structured(structured, carry, ctx, final=True) if structured
                        else parse_lines(carry, formats, ctx, final=True))
@@ -414,8 +426,11 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
     ev = pl.read_parquet([str(p) for p in events]) if events else empty_events()
     ev = retime_events(ev.with_columns(pl.lit(sid).alias("source_id")), records_file)
     write_parquet(ev, staging / "events.parquet", EVENT_SCHEMA)
-    return _entry(src, det, sid, sha, fp, stats, records_file, ev.height, how, bool(clock.rev), unparsed,
-                  clock.host_counts)
+    entry = _entry(src, det, sid, sha, fp, stats, records_file, ev.height, how, bool(clock.rev), unparsed,
+                   clock.host_counts)
+    if lost:
+        entry = replace(entry, notes=[*entry.notes, "truncated: " + lost.removeprefix(f"{src.display}: ")])
+    return entry, lost
 
 
 def retime_events(events: pl.DataFrame, records_file: Path) -> pl.DataFrame:
@@ -458,16 +473,33 @@ def _summary(records_file: Path) -> dict:
             "ts_sources": dict(zip(counts["ts_source"].to_list(), counts["len"].to_list()))}
 
 
+def _out_of_range(records_file: Path) -> list[str]:
+    """The note (`line N: ...`, also printed as a warning) on records whose stamp lies outside years 1..9999
+    once in UTC (kept with no time; `normalise`); [] when there are none (row groups of no such record are
+    skipped by their statistics)."""
+    hit = (pl.scan_parquet(records_file).filter(pl.col("ts_anchor") == OUT_OF_RANGE)
+           .select(pl.len().alias("n"), pl.col("line").min().alias("first")).collect())
+    n, first = hit.row(0)
+    if not n:
+        return []
+    return [f"line {first}: {n} record(s) stamped outside years 1..9999 once in UTC, the first here, are kept "
+            f"with no time (ts_source none): the clock that wrote them was wrong; their lines are all stored"]
+
+
 def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: ReadStats, records_file: Path,
            events: int, anchor: str, rev: bool, unparsed: int, hosts: Counter) -> SourceEntry:
     host = sorted(hosts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0] if hosts else None
     notes = []
     if stats.invalid_utf8:
         notes.append(f"{stats.invalid_utf8} line(s) held invalid UTF-8 (decoded with U+FFFD)")
-    if stats.nul_bytes:
-        notes.append(f"{stats.nul_bytes} NUL byte(s) replaced with U+FFFD")
+    if stats.nul_bytes > stats.hole_bytes:
+        notes.append(f"{stats.nul_bytes - stats.hole_bytes} NUL byte(s) replaced with U+FFFD")
+    if stats.hole_bytes:
+        notes.append(f"{stats.hole_bytes} NUL byte(s) in long runs (holes of a file copied half-written) kept as "
+                     f"`\ufffd<N NUL bytes>` markers")
     if stats.crlf:
         notes.append(f"{stats.crlf} line(s) ended in CRLF")
+    notes.extend(_out_of_range(records_file))
     size = src.real.stat().st_size if src.real else len(src.stdin_data or b"")
     summary = _summary(records_file)
     return SourceEntry(
@@ -482,11 +514,30 @@ def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: Read
 def anchor_kernel_clocks(store: Store, opts: IngestOptions, rules) -> list[BootAnchor]:
     """Pair monotonic-only kernel records with wall-timed kernel records; rewrite the sources anchored."""
     mono_sources = [e for e in store.sources() if e.ts_sources.get(TimeSource.MONOTONIC_ONLY.value)]
-    if not mono_sources:
-        return []
     found: list[BootAnchor] = []
     for e in mono_sources:
-        src = store.records([e.source_id])
+        for _ in range(REWRITE_TRIES):
+            anchors = _anchor_source(store, e, opts)
+            if anchors is not None:
+                found.extend(anchors)
+                break
+            e = store.entry(e.source_id)  # another process rewrote the source meanwhile: from what it wrote
+            if e is None or not e.ts_sources.get(TimeSource.MONOTONIC_ONLY.value):
+                break
+        else:
+            raise StoreError(f"{e.path}: its store files kept changing while its dmesg clock was anchored "
+                             f"({REWRITE_TRIES} tries); run the ingest again once the other writers are done")
+    return found
+
+
+REWRITE_TRIES = 5  # a source rewritten by another process meanwhile is computed again, up to this many times
+
+
+def _anchor_source(store: Store, e: SourceEntry, opts: IngestOptions) -> list[BootAnchor] | None:
+    """Anchor one source's monotonic-only records (its files as `e` lists them). The anchors applied, or
+    None when another process rewrote the source's files meanwhile (nothing changed then)."""
+    try:
+        src = store.records_of(e)
         mono_only = pl.col("ts_source") == TimeSource.MONOTONIC_ONLY.value
         mono_msgs = src.filter(mono_only).select("message")
         walled = (store.records()
@@ -494,57 +545,77 @@ def anchor_kernel_clocks(store: Store, opts: IngestOptions, rules) -> list[BootA
                           pl.col("ts_source") != TimeSource.BOOT_ANCHORED.value)
                   .select("ts", "message", "host").join(mono_msgs, on="message", how="semi").collect())
         if walled.height == 0:
-            continue
+            return []
         mono = (src.filter(mono_only).select("boot_id", "mono", "message", "host")
                 .join(walled.lazy().select("message"), on="message", how="semi").collect())
-        anchors = {a.boot_id: a for a in find_anchors(mono, walled)}
-        if not anchors:
-            continue
-        found.extend(anchors.values())
-        staging = store.staging()
+    except FileNotFoundError:
+        return None  # its files were replaced (and the old ones deleted) since `e` was read
+    anchors = {a.boot_id: a for a in find_anchors(mono, walled)}
+    if not anchors:
+        return []
+    staging = store.staging()
+    try:
+        records_file = staging / "records.parquet"
         try:
-            records_file = staging / "records.parquet"
             sink_parquet(apply_anchor(src, anchors, opts.host), records_file, RECORD_SCHEMA)
-            events = retime_events(store.events([e.source_id]).collect(), records_file)
-            write_parquet(events, staging / "events.parquet", EVENT_SCHEMA)
-            summary = _summary(records_file)
-            hosts = pl.scan_parquet(records_file).select(pl.col("host").drop_nulls().mode().sort().first()).collect()
-            how = "; ".join(sorted({a.how for a in anchors.values()}))
-            left = summary["ts_sources"].get(TimeSource.MONOTONIC_ONLY.value, 0)
-            entry = replace(e, first_ts=summary["first_ts"], last_ts=summary["last_ts"],
-                            ts_sources=summary["ts_sources"], host=hosts.item() or e.host,
-                            time_anchor=how + (f"; {left} record(s) of other boots still monotonic only"
-                                               if left else ""))
-            store.update(entry, records_file, staging / "events.parquet")
-        finally:
-            store.cleanup(staging)
-    return found
+            events = retime_events(store.events_of(e).collect(), records_file)
+        except FileNotFoundError:
+            return None
+        write_parquet(events, staging / "events.parquet", EVENT_SCHEMA)
+        summary = _summary(records_file)
+        hosts = pl.scan_parquet(records_file).select(pl.col("host").drop_nulls().mode().sort().first()).collect()
+        how = "; ".join(sorted({a.how for a in anchors.values()}))
+        left = summary["ts_sources"].get(TimeSource.MONOTONIC_ONLY.value, 0)
+        entry = replace(e, first_ts=summary["first_ts"], last_ts=summary["last_ts"],
+                        ts_sources=summary["ts_sources"], host=hosts.item() or e.host,
+                        time_anchor=how + (f"; {left} record(s) of other boots still monotonic only"
+                                           if left else ""))
+        if not store.update(entry, records_file, staging / "events.parquet", based_on=e):
+            return None
+    finally:
+        store.cleanup(staging)
+    return list(anchors.values())
 
 
 RESCAN_ROWS = 1_000_000
 
 
 def rescan(store: Store, opts: IngestOptions, on_timeout: Callable[[RuleTimeout], None] | None = None) -> int:
-    """Re-apply the rule packs to every stored source, in slices; returns the number of events. Each
-    `engine: regex` rule that timed out on a source is passed to `on_timeout`."""
+    """Re-apply the rule packs to every stored source, in slices; returns the number of events. A source
+    whose records another process rewrote meanwhile (dmesg anchoring) is matched again from the new ones.
+    Each `engine: regex` rule that timed out on a source is passed to `on_timeout`."""
     rules = _load_rules(opts)
     total = 0
-    for e in store.sources():
-        lf = store.records([e.source_id])
-        budget = RegexBudget()
-        events = [match_events(lf.slice(i, RESCAN_ROWS).collect(), rules, budget)
-                  for i in range(0, max(e.records, 1), RESCAN_ROWS)]
-        for t in budget.timeouts():
-            if on_timeout is not None:
-                on_timeout(t)
-        ev = pl.concat(events) if events else empty_events()
-        staging = store.staging()
-        try:
-            write_parquet(ev, staging / "e.parquet", EVENT_SCHEMA)
-            store.update_events(e.source_id, staging / "e.parquet", ev.height)
-        finally:
-            store.cleanup(staging)
-        total += ev.height
+    for sid in [e.source_id for e in store.sources()]:
+        for _ in range(REWRITE_TRIES):
+            e = store.entry(sid)
+            if e is None:
+                break  # the source went away meanwhile
+            try:
+                lf = store.records_of(e)
+                budget = RegexBudget()
+                events = [match_events(lf.slice(i, RESCAN_ROWS).collect(), rules, budget)
+                          for i in range(0, max(e.records, 1), RESCAN_ROWS)]
+            except FileNotFoundError:
+                continue  # its records were replaced since `e` was read
+            ev = pl.concat(events) if events else empty_events()
+            staging = store.staging()
+            try:
+                write_parquet(ev, staging / "e.parquet", EVENT_SCHEMA)
+                done = store.update_events(sid, staging / "e.parquet", ev.height,
+                                           records_name=e.records_name or plain_name(sid))
+            finally:
+                store.cleanup(staging)
+            if done:
+                for t in budget.timeouts():
+                    if on_timeout is not None:
+                        on_timeout(t)
+                total += ev.height
+                break
+        else:
+            raise StoreError(f"{store.path}: the records of source {sid} kept changing while they were "
+                             f"matched ({REWRITE_TRIES} tries); run `forensics rescan` again once the other "
+                             f"writers are done")
     return total
 
 

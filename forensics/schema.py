@@ -19,6 +19,9 @@ class TimeSource(str, Enum):
 
 
 TS = pl.Datetime("us", "UTC")
+# the times Python's datetime can hold (what every reader converts to): 0001-01-01 .. 9999-12-31T23:59:59.999999Z
+TS_MIN_US, TS_MAX_US = -62_135_596_800_000_000, 253_402_300_799_999_999
+OUT_OF_RANGE = "no time: the stamp falls outside years 1..9999 once in UTC"   # the ts_anchor of such records
 
 RECORD_SCHEMA: dict[str, pl.DataType] = {
     "ts": TS,                    # UTC, microseconds; null when unknown

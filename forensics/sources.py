@@ -57,6 +57,7 @@ class ReadStats:
     lines: int = 0
     invalid_utf8: int = 0   # lines that held invalid UTF-8 (decoded with U+FFFD)
     nul_bytes: int = 0      # NUL bytes replaced by U+FFFD... counted here
+    hole_bytes: int = 0     # ... of which in runs of HOLE or more, each kept as one `U+FFFD<N NUL bytes>` marker
     crlf: int = 0           # lines that ended in CRLF
     sha: "hashlib._Hash | None" = None
 
@@ -174,13 +175,78 @@ def open_binary(src: Source) -> BinaryIO:
 
 
 def head_bytes(src: Source, n: int = 256 << 10) -> bytes:
-    """The first `n` bytes (decompressed), for format detection."""
+    """The first `n` bytes (decompressed), for format detection. A compressed stream that breaks after some
+    bytes gives those (reading the source reports the break); one that gives none is an error."""
     try:
         with open_binary(src) as fh:
-            return fh.read(n)
+            data, err = _read_block(fh, n, src.compression)
     except (OSError, EOFError, lzma.LZMAError, zlib_error()) as e:
-        raise SourceError(f"{src.display}: cannot read ({e}); the file may be truncated or not what its "
-                          f"name says") from e
+        data, err = b"", e
+    if err is not None and not data:
+        raise SourceError(f"{src.display}: cannot read ({err}); the file may be truncated or not what its "
+                          f"name says") from err
+    return data
+
+
+_STREAM_ERRORS = (OSError, EOFError, lzma.LZMAError)
+
+
+def _read_block(fh: BinaryIO, n: int, compression: str | None) -> tuple[bytes, BaseException | None]:
+    """Up to `n` bytes, and the error that ended the stream early (None when it did not). Read piece by
+    piece (read1), a decompressor hands out every byte it decoded before a cut or damaged stream; one
+    read(n) would lose them with the error."""
+    if compression not in ("gzip", "bzip2", "xz"):
+        try:
+            return fh.read(n), None
+        except (*_STREAM_ERRORS, zlib_error()) as e:
+            return b"", e
+    parts: list[bytes] = []
+    got = 0
+    try:
+        while got < n:
+            piece = fh.read1(n - got)  # type: ignore[attr-defined]
+            if not piece:
+                break
+            parts.append(piece)
+            got += len(piece)
+    except (*_STREAM_ERRORS, zlib_error()) as e:
+        return b"".join(parts), e
+    return b"".join(parts), None
+
+
+HOLE = 1 << 16  # a run of this many NUL bytes or more (a sparse file's hole) is kept as a short marker
+
+
+def _fill_holes(chunk: bytes, stats: ReadStats) -> bytes:
+    """Each run of HOLE or more NUL bytes -> `U+FFFD<N NUL bytes>` (counted): a hole in a file copied
+    half-written costs no memory, whatever its size. Shorter runs are decoded NUL by NUL."""
+    if chunk.find(b"\x00" * HOLE) < 0:
+        return chunk
+
+    def mark(m: re.Match[bytes]) -> bytes:
+        stats.nul_bytes += len(m.group())
+        stats.hole_bytes += len(m.group())
+        return _marker(len(m.group()))
+
+    return _HOLE_RUN.sub(mark, chunk)
+
+
+def _marker(n: int) -> bytes:
+    return f"\ufffd<{n} NUL bytes>".encode()
+
+
+def _join_holes(rest: bytes, chunk: bytes) -> bytes:
+    """`rest + chunk`, with a hole that goes on across the two blocks as one marker."""
+    tail = _HOLE_TAIL.search(rest, max(0, len(rest) - 40))
+    head = _HOLE_HEAD.match(chunk)
+    if tail is None or head is None:
+        return rest + chunk
+    return rest[:tail.start()] + _marker(int(tail.group(1)) + int(head.group(1))) + chunk[head.end():]
+
+
+_HOLE_RUN = re.compile(b"\x00{%d,}" % HOLE)
+_HOLE_TAIL = re.compile(_marker(0).replace(b"0", rb"(\d+)") + rb"\Z")
+_HOLE_HEAD = re.compile(_marker(0).replace(b"0", rb"(\d+)"))
 
 
 def read_batches(src: Source, stats: ReadStats, block: int = BLOCK) -> Iterator[pl.DataFrame]:
@@ -201,21 +267,28 @@ def _read_batches(src: Source, stats: ReadStats, block: int) -> Iterator[pl.Data
         raise SourceError(f"{src.display}: cannot open ({e.strerror or e})") from e
     with fh:
         while True:
-            try:
-                chunk = fh.read(block)
-            except (OSError, EOFError, lzma.LZMAError, zlib_error()) as e:
-                # truncated compressed stream: keep what was read, report the rest as lost
-                if rest:
-                    df = _decode(rest, lineno, stats)
+            chunk, err = _read_block(fh, block, src.compression)
+            if err is not None:
+                # a cut or damaged compressed stream: keep every line read, report the rest as lost
+                data = rest + chunk
+                if data:
+                    stats.sha.update(chunk)
+                    stats.bytes += len(chunk)
+                    df = _decode(_fill_holes(data, stats), lineno, stats)
                     lineno += df.height
                     yield df
-                raise SourceError(f"{src.display}: line {lineno}: compressed stream ends early ({e}); "
-                                  f"the lines before it were ingested; re-copy the file to get the rest") from e
+                raise SourceError(f"{src.display}: line {lineno}: compressed stream ends early or is damaged "
+                                  f"({err}); the {lineno - 1} line(s) before it were ingested (the last perhaps "
+                                  f"cut short), the rest of the file is lost; re-copy the file to get it") from err
             if not chunk:
                 break
             stats.sha.update(chunk)
             stats.bytes += len(chunk)
-            data = rest + chunk if rest else chunk
+            if b"\x00" in chunk:
+                chunk = _fill_holes(chunk, stats)
+                data = _join_holes(rest, chunk)
+            else:
+                data = rest + chunk if rest else chunk
             cut = data.rfind(b"\n")
             if cut < 0:
                 rest = data

@@ -1,33 +1,43 @@
 """The local store: Parquet (zstd) files of records and events, one pair per source, plus a manifest.
 
 Layout (plain enough for DuckDB or Spark to read as is):
-    <store>/manifest.json            {"store_version": N, "sources": {source_id: SourceEntry}}
-    <store>/records/<source_id>.parquet
-    <store>/events/<source_id>.parquet
+    <store>/manifest.json            {"store_version": N, "sources": {source_id: SourceEntry},
+                                      "superseded": {"records/<name>": unix time replaced, ...}}
+    <store>/records/<source_id>[.<generation>].parquet   the entry's `records_name`
+    <store>/events/<source_id>[.<generation>].parquet    the entry's `events_name`
     <store>/tmp/                     staging; never read
 A source lands atomically: its files are written under tmp/, renamed into place, and only then added to
-the manifest (replaced with os.replace, under a lock). Readers only read what the manifest lists, so an
-interrupted ingest leaves the store exactly as before that source, and concurrent ingests both land.
+the manifest (replaced with os.replace, under a lock). Readers only read the files the manifest lists, so
+an interrupted ingest leaves the store exactly as before that source, and concurrent ingests both land.
+A listed file is never overwritten: a rewrite (anchoring, rescan, --force) lands under a new generation
+name and the manifest is switched to it, so a kill at any point leaves a manifest that agrees with the files
+it lists (at worst an orphan that `forensics store check --repair` deletes). The old file stays, listed under
+the manifest's `superseded` with the time it was replaced, for SUPERSEDED_GRACE seconds, so a reader that
+read the manifest before the switch still finds it; a later write (or `store check --repair`) deletes it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 import polars as pl
 from filelock import FileLock
 
 from .schema import EVENT_SCHEMA, RECORD_SCHEMA, conform, empty_events, empty_records
 
-STORE_VERSION = 1
+STORE_VERSION = 2
+SUPERSEDED_GRACE = 900.0  # seconds a replaced file stays for the readers that listed it before the switch
 _THREAD_LOCK = threading.RLock()
 DEFAULT_STORE = ".forensics"
 
@@ -59,6 +69,23 @@ class SourceEntry:
     fingerprint: str
     reversed: bool = False
     notes: list[str] = field(default_factory=list)
+    records_name: str = ""   # the file under records/ (set when the source is committed)
+    events_name: str = ""    # the file under events/
+
+
+Kind = Literal["records", "events"]
+
+
+def plain_name(sid: str) -> str:
+    """The file name of a source's first generation (store version 1 had only this one)."""
+    return f"{sid}.parquet"
+
+
+def _fresh_name(data: dict, kind: Kind, sid: str) -> str:
+    """A name no listed or superseded file has: the plain one for a new source, else a new generation."""
+    if sid not in data["sources"] and f"{kind}/{plain_name(sid)}" not in data.get("superseded", {}):
+        return plain_name(sid)
+    return f"{sid}.{uuid.uuid4().hex[:16]}.parquet"
 
 
 def default_store() -> Path:
@@ -74,11 +101,35 @@ class Store:
     def manifest_path(self) -> Path:
         return self.path / "manifest.json"
 
+    def file(self, kind: Kind, sid: str, name: str = "") -> Path:
+        """The path of a source's records or events file of the given name (its plain name when "")."""
+        return self.path / kind / (name or plain_name(sid))
+
     def records_file(self, sid: str) -> Path:
-        return self.path / "records" / f"{sid}.parquet"
+        """The records file the manifest lists for `sid`."""
+        return self._listed_files("records", [sid])[0]
 
     def events_file(self, sid: str) -> Path:
-        return self.path / "events" / f"{sid}.parquet"
+        """The events file the manifest lists for `sid`."""
+        return self._listed_files("events", [sid])[0]
+
+    def _listed_files(self, kind: Kind, ids: list[str], fresh: bool = False) -> list[Path]:
+        sources = self._cached_sources(fresh)
+        return [self.file(kind, sid, (sources.get(sid) or {}).get(f"{kind}_name", "")) for sid in ids]
+
+    def _cached_sources(self, fresh: bool = False) -> dict:
+        """The manifest's sources, parsed again only when manifest.json was replaced (for the readers that
+        resolve file names per source: read only, never handed out)."""
+        try:
+            st = self.manifest_path.stat()
+        except FileNotFoundError:
+            return {}
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = getattr(self, "_cache", None)
+        if fresh or cached is None or cached[0] != key:
+            cached = (key, self.manifest()["sources"])
+            self._cache = cached
+        return cached[1]
 
     def exists(self) -> bool:
         return self.manifest_path.exists()
@@ -130,49 +181,80 @@ class Store:
     def find_fingerprint(self, fingerprint: str) -> list[SourceEntry]:
         return [e for e in self.sources() if e.fingerprint == fingerprint]
 
+    def entry(self, source_id: str) -> SourceEntry | None:
+        """The source's entry as the manifest lists it now (None when it is not listed)."""
+        raw = self.manifest()["sources"].get(source_id)
+        return SourceEntry(**raw) if raw is not None else None
+
     # -- writing
     def staging(self) -> Path:
         d = self.path / "tmp" / uuid.uuid4().hex
         d.mkdir(parents=True, exist_ok=True)
         return d
 
-    def commit(self, entry: SourceEntry, records: Path, events: Path, replace: tuple[str, ...] = ()) -> None:
-        """Move staged files into place and list the source in the manifest, atomically."""
+    def commit(self, entry: SourceEntry, records: Path, events: Path, replace_ids: tuple[str, ...] = ()) -> None:
+        """Move staged files into place and list the source in the manifest, atomically (the sources in
+        `replace_ids` are unlisted in the same manifest write; their files are deleted after it)."""
         with self.lock():
             data = self.manifest()
-            os.replace(records, self.records_file(entry.source_id))
-            os.replace(events, self.events_file(entry.source_id))
-            for sid in replace:
-                if sid != entry.source_id:
-                    data["sources"].pop(sid, None)
-            data["sources"][entry.source_id] = asdict(entry)
+            sid = entry.source_id
+            old = data["sources"].get(sid)
+            names = {k: _fresh_name(data, k, sid) for k in ("records", "events")}
+            os.replace(records, self.file("records", sid, names["records"]))
+            os.replace(events, self.file("events", sid, names["events"]))
+            gone = [data["sources"].pop(r) for r in replace_ids if r != sid and r in data["sources"]]
+            data["sources"][sid] = asdict(replace(entry, records_name=names["records"], events_name=names["events"]))
+            expired = supersede(data, [*gone, *([old] if old else [])])
             self._write_manifest(data)
-            for sid in replace:
-                if sid != entry.source_id:
-                    self.records_file(sid).unlink(missing_ok=True)
-                    self.events_file(sid).unlink(missing_ok=True)
+            self._delete(expired)
 
-    def update(self, entry: SourceEntry, records: Path | None = None, events: Path | None = None) -> None:
-        """Replace a listed source's files and entry (anchoring, rescans)."""
+    def update(self, entry: SourceEntry, records: Path | None = None, events: Path | None = None,
+               based_on: SourceEntry | None = None) -> bool:
+        """Replace a listed source's files and entry (anchoring, rescans). With `based_on` (the entry the
+        new files were computed from), nothing changes and False is returned when another process rewrote
+        the source's files meanwhile: compute them again from the entry listed now."""
         with self.lock():
             data = self.manifest()
-            if records is not None:
-                os.replace(records, self.records_file(entry.source_id))
-            if events is not None:
-                os.replace(events, self.events_file(entry.source_id))
-            data["sources"][entry.source_id] = asdict(entry)
+            sid = entry.source_id
+            old = data["sources"].get(sid)
+            if based_on is not None and not _same_files(old, based_on):
+                return False
+            names = {k: (old or {}).get(f"{k}_name", "") or plain_name(sid) for k in ("records", "events")}
+            for kind, staged in (("records", records), ("events", events)):
+                if staged is not None:
+                    names[kind] = _fresh_name(data, kind, sid)
+                    os.replace(staged, self.file(kind, sid, names[kind]))
+            data["sources"][sid] = asdict(replace(entry, records_name=names["records"], events_name=names["events"]))
+            expired = supersede(data, [old] if old else [])
             self._write_manifest(data)
+            self._delete(expired)
+            return True
 
-    def update_events(self, source_id: str, events: Path, count: int) -> None:
+    def update_events(self, source_id: str, events: Path, count: int, records_name: str | None = None) -> bool:
         """Replace a source's events and only its `events` count (re-read under the lock, so an update
-        another process made meanwhile, such as dmesg anchoring, is kept)."""
+        another process made meanwhile, such as dmesg anchoring, is kept). With `records_name` (the records
+        file the events were matched from), nothing changes and False is returned when the source's
+        records were rewritten meanwhile: match them again. False also when the source went away."""
         with self.lock():
             data = self.manifest()
-            if source_id not in data["sources"]:
-                return  # the source went away meanwhile
-            os.replace(events, self.events_file(source_id))
-            data["sources"][source_id]["events"] = count
+            old = data["sources"].get(source_id)
+            if old is None:
+                return False  # the source went away meanwhile
+            if records_name is not None and (old.get("records_name") or plain_name(source_id)) != records_name:
+                return False
+            name = _fresh_name(data, "events", source_id)
+            os.replace(events, self.file("events", source_id, name))
+            data["sources"][source_id] = {**old, "events": count, "events_name": name}
+            expired = supersede(data, [old])
             self._write_manifest(data)
+            self._delete(expired)
+            return True
+
+    def _delete(self, rels: list[str]) -> None:
+        """Delete superseded files (`kind/name`), after the manifest that unlists them is written: a kill
+        before leaves orphans, never holes."""
+        for rel in rels:
+            (self.path / rel).unlink(missing_ok=True)
 
     def cleanup(self, staging: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
@@ -185,19 +267,79 @@ class Store:
         return dict(load_rules().pack_versions())
 
     # -- reading
-    def _scan(self, files: list[Path], schema: dict, empty: pl.DataFrame) -> pl.LazyFrame:
+    def _scan(self, kind: Kind, source_ids: list[str] | None, empty: pl.DataFrame) -> pl.LazyFrame:
+        ids = source_ids if source_ids is not None else [e.source_id for e in self.sources()]
+        files = self._listed_files(kind, ids)
+        if not all(f.exists() for f in files):  # a writer switched the manifest to new files meanwhile
+            files = self._listed_files(kind, ids, fresh=True)
         files = [f for f in files if f.exists()]
         if not files:
             return empty.lazy()
         return pl.scan_parquet([str(f) for f in files])
 
     def records(self, source_ids: list[str] | None = None) -> pl.LazyFrame:
-        ids = source_ids if source_ids is not None else [e.source_id for e in self.sources()]
-        return self._scan([self.records_file(s) for s in ids], RECORD_SCHEMA, empty_records())
+        return self._scan("records", source_ids, empty_records())
+
+    def records_of(self, entry: SourceEntry) -> pl.LazyFrame:
+        """The records of exactly the files `entry` lists (an entry read before: they may be gone)."""
+        return pl.scan_parquet(str(self.file("records", entry.source_id, entry.records_name)))
 
     def events(self, source_ids: list[str] | None = None) -> pl.LazyFrame:
-        ids = source_ids if source_ids is not None else [e.source_id for e in self.sources()]
-        return self._scan([self.events_file(s) for s in ids], EVENT_SCHEMA, empty_events())
+        return self._scan("events", source_ids, empty_events())
+
+    def events_of(self, entry: SourceEntry) -> pl.LazyFrame:
+        """The events of exactly the file `entry` lists."""
+        return pl.scan_parquet(str(self.file("events", entry.source_id, entry.events_name)))
+
+
+_NAME = re.compile(r"([0-9A-Za-z_-]{1,128})(\.[0-9a-f]{1,32})?\.parquet")
+
+
+def supersede(data: dict, entries: list[dict], grace: float = SUPERSEDED_GRACE) -> list[str]:
+    """Add the files of these replaced entries that no entry names any more to the manifest's `superseded`
+    (replaced now), and take off it the ones replaced `grace` seconds ago or more: those are returned, to be
+    deleted once the manifest is written."""
+    now = time.time()
+    listed = {f"{k}/{e.get(f'{k}_name') or plain_name(sid)}" for sid, e in data["sources"].items()
+              for k in ("records", "events")}
+    raw = data.get("superseded")
+    sup = dict(raw) if isinstance(raw, dict) else {}
+    for e in entries:
+        sid = e.get("source_id", "")
+        for k in ("records", "events"):
+            rel = f"{k}/{e.get(f'{k}_name') or plain_name(sid)}"
+            if rel not in listed:
+                sup.setdefault(rel, now)
+    expired = [rel for rel, at in sup.items()
+               if rel not in listed and (not isinstance(at, (int, float)) or now - at >= grace)]
+    for rel in [*expired, *(r for r in sup if r in listed)]:
+        sup.pop(rel, None)
+    if sup:
+        data["superseded"] = sup
+    else:
+        data.pop("superseded", None)
+    return [rel for rel in expired if valid_rel(rel)]
+
+
+def valid_rel(rel: str) -> bool:
+    """Is `rel` a `records/<name>` or `events/<name>` path of a store file (never a path outside)?"""
+    kind, _, name = rel.partition("/") if isinstance(rel, str) else ("", "", "")
+    return kind in ("records", "events") and valid_name(name.split(".", 1)[0], name)
+
+
+def valid_name(sid: str, name: str) -> bool:
+    """Is `name` a file name the source `sid` may own (`<sid>.parquet` or `<sid>.<hex>.parquet`)?"""
+    m = _NAME.fullmatch(name) if isinstance(name, str) else None
+    return m is not None and m.group(1) == sid
+
+
+def _same_files(raw: dict | None, entry: SourceEntry) -> bool:
+    """Does the listed entry `raw` still name the files `entry` named?"""
+    if raw is None:
+        return False
+    sid = entry.source_id
+    return all((raw.get(f"{k}_name") or plain_name(sid)) == (getattr(entry, f"{k}_name") or plain_name(sid))
+               for k in ("records", "events"))
 
 
 def write_parquet(df: pl.DataFrame, path: Path, schema: dict) -> None:

@@ -7,13 +7,19 @@ read (`upgrade`) and be made permanent under the store lock (`migrate`).
 
 Version 0 (before versions existed): `manifest.json` was `{"sources": {...}}` with no `store_version` (or
 `"store_version": 0`), and a source entry had no `fingerprint`, `reversed`, `notes` or `tool_version`.
+Version 1: a source's files were always `records/<id>.parquet` and `events/<id>.parquet`, replaced in place
+by anchoring and rescans (a kill between the file and the manifest left them disagreeing). Version 2: each
+entry names its files (`records_name`, `events_name`); a rewrite lands under a new name and the manifest is
+switched to it.
 
 `check` verifies the manifest against the files, under the store lock (writers wait; readers do not):
-every listed source has a records and an events file that decode whole, hold the schema's columns and as
+every listed source has the records and events files its entry names, which decode whole, hold the schema's columns and as
 many rows as the manifest's `records` / `events` say, all rows of the source's own `source_id`, and that
 id is the start of the entry's sha256; files in `records/` or `events/` that no entry lists are orphans;
-anything in `tmp/` and `manifest.*.tmp` files are leftovers of an interrupted write. `repair` removes the
-orphans and leftovers and drops the broken sources from the manifest (with their files): re-ingest them.
+anything in `tmp/` and `manifest.*.tmp` files are leftovers of an interrupted write. Files the manifest lists
+under `superseded` (replaced by a rewrite, kept a while for readers) are neither. `repair` removes the
+orphans and leftovers and the superseded files older than `min_age`, and drops the broken sources from the
+manifest (with their files): re-ingest them.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from typing import Any
 import polars as pl
 
 from .schema import EVENT_SCHEMA, RECORD_SCHEMA
-from .store import STORE_VERSION, SourceEntry, Store, StoreError
+from .store import STORE_VERSION, SourceEntry, Store, StoreError, supersede, plain_name, valid_name, valid_rel
 
 # -- versions and migrations ------------------------------------------------------------------------------
 
@@ -69,6 +75,20 @@ def _v0_to_v1(data: dict[str, Any]) -> dict[str, Any]:
             entry.setdefault("tool_version", "unknown (store version 0)")
         sources[sid] = entry
     return {**data, "sources": sources, "store_version": 1}
+
+
+@migration(1)
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 lists each source's file names (`records_name`, `events_name`): version 1's were always
+    `<id>.parquet`."""
+    sources = {}
+    for sid, entry in (data.get("sources") or {}).items():
+        if isinstance(entry, dict):
+            entry = dict(entry)
+            entry.setdefault("records_name", plain_name(sid))
+            entry.setdefault("events_name", plain_name(sid))
+        sources[sid] = entry
+    return {**data, "sources": sources, "store_version": 2}
 
 
 def manifest_version(data: Any) -> int:
@@ -210,7 +230,19 @@ def _entry_problem(sid: str, raw: Any) -> str | None:
     sha = raw["sha256"].lower()
     if not sid or not sha.startswith(sid.lower()):
         return f"its id {sid!r} is not the start of its sha256 {raw['sha256']!r}"
+    for k in ("records_name", "events_name"):
+        if k in raw and raw[k] != "" and not valid_name(sid, raw[k]):
+            return f"its {k} is {raw[k]!r}, not {sid}.parquet or {sid}.<hex>.parquet"
     return None
+
+
+def _files(store: Store, sid: str, raw: Any) -> tuple[Path, Path]:
+    """The records and events files an entry names (the plain names where it names none or bad ones)."""
+    def name(k: str) -> str:
+        n = raw.get(f"{k}_name", "") if isinstance(raw, dict) else ""
+        return n if valid_name(sid, n) else plain_name(sid)
+
+    return store.file("records", sid, name("records")), store.file("events", sid, name("events"))
 
 
 def _verify_file(path: Path, schema: dict[str, pl.DataType], sid: str) -> tuple[str, str] | tuple[None, int]:
@@ -280,7 +312,7 @@ def _check(store: Store, verify_sources: bool, min_age: float) -> tuple[CheckRes
         name = path or sid
         fix = (f"`--repair` drops it from the manifest; then re-ingest it: {reingest} {path}" if path
                else "`--repair` drops it from the manifest; then re-ingest its log")
-        rfile, efile = store.records_file(sid), store.events_file(sid)
+        rfile, efile = _files(store, sid, raw)
         listed.update((rfile, efile))
         why = _entry_problem(sid, raw)
         if why is not None:
@@ -311,6 +343,9 @@ def _check(store: Store, verify_sources: bool, min_age: float) -> tuple[CheckRes
         res.events += raw["events"]
         if verify_sources and path:
             res.notes.extend(_verify_source(path, raw["sha256"], reingest))
+    superseded = data.get("superseded") or {}
+    if isinstance(superseded, dict):  # replaced files kept a while for readers that listed them: not orphans
+        listed.update(store.path / rel for rel in superseded if valid_rel(rel))
     for d in ("records", "events"):
         for f in _listing(store.path / d):
             if f not in listed:
@@ -383,15 +418,20 @@ def repair(store_path: Path | str, *, verify_sources: bool = False, min_age: flo
             return res
         drop = {p.source_id: p.path for p in res.problems if p.source_id is not None}
         changed = any(p.kind == "version" for p in res.problems) or bool(drop)
-        if changed:
-            for sid in drop:
-                data["sources"].pop(sid, None)
+        raws = dict(data["sources"])
+        for sid in drop:
+            data["sources"].pop(sid, None)
+        expired = supersede(data, [], min_age)  # replaced files no reader can still be reading
+        if changed or expired:
             _write_manifest(store, data)
             if any(p.kind == "version" for p in res.problems):
                 res.repaired.append(f"migrated the manifest to store version {STORE_VERSION}")
+        for rel in expired:
+            _remove(store.path / rel)
+            res.repaired.append(f"deleted {rel} (replaced by a newer file of its source)")
         for sid, path in sorted(drop.items(), key=lambda kv: str(kv[1])):
-            for f in (store.records_file(sid), store.events_file(sid)):
-                if f.parent.parent == store.path and f.name == f"{sid}.parquet" and _SID.fullmatch(sid):
+            for f in _files(store, sid, raws.get(sid)):
+                if f.parent.parent == store.path and valid_name(sid, f.name) and _SID.fullmatch(sid):
                     _remove(f)   # never a path outside the store, whatever the manifest says
             res.repaired.append(f"dropped {path or sid} from the store; re-ingest it: "
                                 f"forensics --store {store.path} ingest {path or '<its log file>'}")

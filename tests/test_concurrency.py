@@ -188,10 +188,6 @@ def test_four_ingests_with_readers(tmp_path: Path) -> None:
     assert any(0 < n < len(everything) for _, _, seen in stats for n in seen), stats
 
 
-@pytest.mark.xfail(strict=True, reason="pipeline.rescan() matches the records it read before another process's "
-                   "dmesg anchoring landed, then Store.update_events() puts those events in place: the entry keeps "
-                   "the anchoring now, but the events (4 here) lose their times while the records have them. Under "
-                   "the lock, check that the records file is still the one matched (inode/mtime) or match again")
 def test_rescan_does_not_undo_a_concurrent_anchoring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     dmesg, journal = ROOT / "samples" / "incident" / "dmesg.log", ROOT / "samples" / "incident" / "journal-eagle3.log"
     store = Store(tmp_path / "s")

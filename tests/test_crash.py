@@ -71,11 +71,11 @@ def _file_rows(f: Path) -> int:
     return pl.scan_parquet(str(f)).select(pl.len()).collect().item()
 
 
-# store.py Store.update() replaces a source's file before it rewrites the manifest (tracked by the strict
-# xfail test_rescan_killed_between_file_and_manifest_leaves_a_consistent_store). A kill in that window leaves an
-# events file with the new rows and the entry with the old count; while the bug stands the random-kill tests
-# count such a state (UPDATE_RACE) instead of failing, and the next rescan repairs it. Set to False once fixed.
-TOLERATE_UPDATE_RACE = True
+# store.py Store.update() used to replace a source's file before it rewrote the manifest; a kill in that window
+# left an events file with the new rows and the entry with the old count, and the random-kill tests counted such a
+# state (UPDATE_RACE) instead of failing. Fixed (rewrites land under a new file name that the manifest switches
+# to; test_rescan_killed_between_file_and_manifest_leaves_a_consistent_store): False, so any such state fails.
+TOLERATE_UPDATE_RACE = False
 
 
 def _assert_consistent(store_dir: Path, expect: dict[str, tuple[int, int]] | list[dict[str, tuple[int, int]]],
@@ -317,11 +317,6 @@ main()
 """
 
 
-@pytest.mark.xfail(strict=True, reason="store.py Store.update() / update_events() replace the listed source's "
-                   "events (or records) file with os.replace before they write the manifest: a process killed "
-                   "between the two leaves the manifest's `events` count (and first_ts/ts_sources after anchoring) "
-                   "disagreeing with the file; write the new file under a new name and switch the manifest to it, "
-                   "or keep the old file until the manifest is written")
 def test_rescan_killed_between_file_and_manifest_leaves_a_consistent_store(tmp_path: Path) -> None:
     files = _inputs(tmp_path / "logs", n=1, lines=2000)
     rules = tmp_path / "rules"
@@ -473,7 +468,7 @@ def test_version_0_store_migrates(tmp_path: Path) -> None:
     r = run_cli(s, "store", "check")
     assert r.returncode == 1 and r.stdout.startswith("version: ") and "store version 0" in r.stdout
     assert "--repair" in r.stdout
-    assert migrate(s) == 1
+    assert migrate(s) == STORE_VERSION   # every step from version 0
     assert migrate(s) == 0
     data = json.loads((s / "manifest.json").read_text())
     assert data["store_version"] == STORE_VERSION

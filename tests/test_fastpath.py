@@ -239,10 +239,17 @@ def _assemble_reference(df: pl.DataFrame, ctx, final: bool) -> tuple[pl.DataFram
     carry = df.clear().select("line", "text")
     if not final and df.height:
         last = df["_rid"][-1]
-        tail = df.filter(pl.col("_rid") == last)
+        first = last
+        # a text record after a claimed line continues under that line's policy: carried from that line on
+        before = df.filter((pl.col("_rid") < last) & real)
+        if df.filter(pl.col("_rid") == last)["format"][0] == "text" and before.height:
+            first = before["_rid"][-1]
+        if df.filter(pl.col("_rid") >= first).height == df.height >= MAX_CARRY:
+            first = last
+        tail = df.filter(pl.col("_rid") >= first)
         if tail.height < df.height or tail.height < MAX_CARRY:
             carry = tail.select("line", "text")
-            df = df.filter(pl.col("_rid") != last)
+            df = df.filter(pl.col("_rid") < first)
     if df["_cont"].any():
         multi = pl.col("_cont") | pl.col("_cont").shift(-1).fill_null(False)
         piece = pl.when(pl.col("_cont")).then(pl.col("text")).otherwise(pl.col("message"))

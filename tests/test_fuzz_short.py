@@ -86,10 +86,6 @@ def test_rule_engine_vectorised_and_general_paths_agree(data: bytes) -> None:
     common.tolerate_known(common.check_rules)(data)
 
 
-@pytest.mark.xfail(strict=True, reason="parse.py: a batch cut inside a record continued by a backslash line loses the "
-                   "format of the record before it: parse_lines' carry keeps the lines but not the forward-filled "
-                   "continuation policy, so the next batch does not join the line after the backslash (found by "
-                   "test_every_parser_with_the_batch_cut_anywhere)")
 @pytest.mark.parametrize("cut", [2, 3])
 def test_batch_cut_after_a_backslash_line(cut: int) -> None:
     lines = ["May 25 20:17:19 h systemd[1]: x.service: Main process exited, code=killed, status=9/KILL",

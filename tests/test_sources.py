@@ -105,3 +105,17 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     assert subprocess.run(base + [str(tmp_path / "nope.log")], capture_output=True).returncode == 1
     assert subprocess.run(base + ["--tz", "Mars/Olympus", str(tmp_path / "good.log")],
                           capture_output=True).returncode == 2
+
+
+def test_a_nul_hole_is_one_short_line_with_every_byte_counted(tmp_path: Path) -> None:
+    from forensics.sources import HOLE, ReadStats, expand, read_batches
+
+    hole = 40 * HOLE + 123
+    p = tmp_path / "holey.log"
+    p.write_bytes(b"before\n" + b"\x00" * hole + b"\nafter\n")
+    stats = ReadStats()
+    frames = list(read_batches(expand([str(p)])[0][0], stats, block=3 * HOLE + 7))   # the hole spans many blocks
+    text = pl.concat(frames)["text"].to_list()
+    assert len(text) == 3 and text[0] == "before" and text[2] == "after"
+    assert stats.nul_bytes == hole and stats.bytes == p.stat().st_size and stats.lines == 3
+    assert len(text[1].encode()) < 8 * HOLE and f"<{stats.hole_bytes} NUL bytes>" in text[1]

@@ -119,3 +119,51 @@ def test_a_time_window_opens_only_the_sources_it_meets(tmp_path: Path) -> None:
         assert timeline_frame(store, since, until)["message"].to_list() == want
         shutil.copy(keep, files[damaged])
     assert timeline_frame(store)["message"].to_list() == ["day one", "day two", "no stamp here"]
+
+
+def test_a_rewrite_lands_under_a_new_name_and_the_old_file_waits_for_readers(tmp_path: Path) -> None:
+    from forensics.pipeline import rescan
+    from forensics.storecheck import check, repair
+
+    (tmp_path / "a.log").write_text(LINES)
+    store = Store(tmp_path / "s")
+    assert not ingest(store, [str(tmp_path / "a.log")], IngestOptions()).failed
+    (e,) = store.sources()
+    assert (e.records_name, e.events_name) == (f"{e.source_id}.parquet", f"{e.source_id}.parquet")
+    reader = store.events([e.source_id])         # a reader that listed the files before the rewrite
+    rescan(store, IngestOptions())
+    (after,) = store.sources()
+    assert after.records_name == e.records_name and after.events_name != e.events_name
+    assert store.events_file(e.source_id).name == after.events_name
+    data = json.loads(store.manifest_path.read_text())
+    assert list(data["superseded"]) == [f"events/{e.events_name}"]
+    assert (store.path / "events" / e.events_name).exists()   # kept for readers like `reader`
+    assert reader.select(pl.len()).collect().item() == e.events
+    assert check(store.path, min_age=0).ok                  # a superseded file is no orphan
+    fixed = repair(store.path, min_age=0)
+    assert fixed.repaired == [f"deleted events/{e.events_name} (replaced by a newer file of its source)"]
+    assert not (store.path / "events" / e.events_name).exists() and "superseded" not in json.loads(
+        store.manifest_path.read_text())
+    assert check(store.path, min_age=0).ok and records(store).height == 2000
+    # a forced re-ingest of the same bytes replaces both files the same way
+    assert not ingest(store, [str(tmp_path / "a.log")], IngestOptions(force=True)).failed
+    (forced,) = store.sources()
+    assert forced.records_name not in (e.records_name, "") and check(store.path, min_age=0).ok
+    assert records(store).height == 2000
+
+
+def test_a_version_1_store_is_read_and_migrated(tmp_path: Path) -> None:
+    from forensics.storecheck import check, migrate
+
+    (tmp_path / "a.log").write_text(LINES)
+    store = Store(tmp_path / "s")
+    assert not ingest(store, [str(tmp_path / "a.log")], IngestOptions()).failed
+    data = json.loads(store.manifest_path.read_text())
+    for entry in data["sources"].values():   # version 1: no file names, always <id>.parquet
+        del entry["records_name"], entry["events_name"]
+    store.manifest_path.write_text(json.dumps({**data, "store_version": 1}))
+    assert records(Store(store.path)).height == 2000
+    assert not check(store.path, min_age=0).ok         # "version": run --repair to migrate
+    assert migrate(store.path) == 1
+    (e,) = Store(store.path).sources()
+    assert e.records_name == f"{e.source_id}.parquet" and check(store.path, min_age=0).ok
