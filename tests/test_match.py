@@ -34,6 +34,7 @@ from forensics.match import (
 from forensics.parse import parse_text
 from forensics.rulepacks import RuleSet, load_pack, load_rules
 from forensics.schema import EVENT_SCHEMA, RECORD_SCHEMA, conform
+from helpers import backtrack_pack
 
 T0 = datetime(2025, 5, 25, 20, 17, 19, tzinfo=timezone.utc)
 
@@ -215,23 +216,7 @@ def test_regex_engine_rule_with_lookahead(rules: RuleSet) -> None:
     assert ev.select("line", "kind").rows() == [(1, "cuda_error"), (2, "cuda_oom")]
 
 
-BACKTRACK_RULE = """pack: bt
-kinds:
-  bt_run: {role: cause, description: a run of a letters}
-rules:
-  - id: bt.run
-    kind: bt_run
-    severity: error
-    role: cause
-    engine: regex
-    pattern: '(?P<run>(a|aa)+)$'
-    literals: [aaaa]
-    title: 'a run of {run}'
-    explain: catastrophic backtracking, on purpose
-    examples:
-      match: ['2025-05-25T00:00:00+00:00 h app[1]: aaaa']
-      near_miss: ['2025-05-25T00:00:00+00:00 h app[1]: bbbb']
-"""
+BACKTRACK_RULE = backtrack_pack("bt", "bt.run", "bt_run")
 
 
 @pytest.fixture(scope="module")

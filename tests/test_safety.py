@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from markdown_it import MarkdownIt
+from helpers import backtrack_pack
 from test_hostile import cli, run_cli
 
 STAMP = "2025-05-25T{}+00:00 gpu-node-7.corp.example.com"
@@ -249,24 +250,7 @@ def test_yaml_alias_bomb_is_bounded(tmp_path: Path) -> None:
     assert r.maxrss_mb < 1024
 
 
-BACKTRACK_PACK = """\
-pack: evil
-kinds:
-  evil_run: {role: cause, description: a run of a letters}
-rules:
-  - id: evil.backtrack
-    kind: evil_run
-    severity: error
-    role: cause
-    engine: regex
-    pattern: '(?P<run>(a|aa)+)$'
-    literals: [aaaa]
-    title: 'a run of {run}'
-    explain: catastrophic backtracking, on purpose
-    examples:
-      match: ['2025-05-25T00:00:00+00:00 h app[1]: aaaa']
-      near_miss: ['2025-05-25T00:00:00+00:00 h app[1]: bbbb']
-"""
+BACKTRACK_PACK = backtrack_pack("evil", "evil.backtrack", "evil_run")
 BACKTRACK_LINES = 16
 
 
