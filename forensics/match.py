@@ -4,7 +4,8 @@
 
 1. Prefilter: one Aho-Corasick pass (`str.contains_any`) over every message for the literals of all rules
    and context patterns at once; `str.extract_many` then tells which literals (so which rules) each
-   candidate holds.
+   candidate holds. Over a stream (`Matcher`, as ingest runs it) each batch is prefiltered as it comes and
+   steps 2-4 run over the candidates of many batches at once.
 2. Each rule's full pattern runs (`str.extract_groups`, Rust regex) only on its candidates that pass its
    `applies` and `exclude`; rules needing look-around run with the `regex` module and a timeout.
 3. Context patterns (multi-record events such as a kernel OOM report) are looked up for the few anchors

@@ -1,8 +1,10 @@
 """The whole ingest flow on one page: sources -> detect -> parse -> normalise -> match -> store -> anchor.
 
-    for each source (sources with full dates first, so their dates can anchor year-less ones):
-        read batches of lines -> parse each batch with the detected formats -> normalise
-        fix times over the whole source (boots, year, zone) -> match the rule packs -> commit to the store
+    sources run on two workers, largest first (a year-less one waits for the full-date ones only at its end):
+        read batches of lines (one batch ahead, on a reader thread) -> parse with the detected formats -> normalise
+        -> time observations (boots, year wraps) -> on a second thread, one batch behind: prefilter the rules
+           (candidates gathered, the rules run over many batches at once) and stage the batch as an Arrow part
+        fix times over the whole source (boots, year, zone) -> stream the parts into Parquet -> commit to the store
     then anchor dmesg monotonic clocks by pairing kernel lines with the journal, and re-commit those sources.
 """
 
