@@ -23,7 +23,7 @@ from pathlib import Path
 import polars as pl
 
 from . import __version__
-from .anchor import BootAnchor, apply_anchor, boot_time_anchor, find_anchors
+from .anchor import BootAnchor, FrameT, apply_anchor, boot_time_anchor, find_anchors
 from .detect import Detection, detect
 from .formats import FORMATS, StructuredFormat
 from .normalise import normalise_batch
@@ -425,24 +425,29 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
         write_parquet(empty_records(), records_file, RECORD_SCHEMA)
     for p in parts:
         p.unlink()
-    ev = pl.read_parquet([str(p) for p in events]) if events else empty_events()
-    ev = retime_events(ev.with_columns(pl.lit(sid).alias("source_id")), records_file)
-    write_parquet(ev, staging / "events.parquet", EVENT_SCHEMA)
-    entry = _entry(src, det, sid, sha, fp, stats, records_file, ev.height, how, bool(clock.rev), unparsed,
+    events_file = staging / "events.parquet"
+    if events:  # streamed: all of a source's events are never in memory at once
+        spilled = pl.scan_parquet([str(p) for p in events]).with_columns(pl.lit(sid).alias("source_id"))
+        sink_parquet(retime_events(spilled, records_file), events_file, EVENT_SCHEMA)
+    else:
+        write_parquet(empty_events(), events_file, EVENT_SCHEMA)
+    n_events = pl.scan_parquet(events_file).select(pl.len()).collect().item()
+    entry = _entry(src, det, sid, sha, fp, stats, records_file, n_events, how, bool(clock.rev), unparsed,
                    clock.host_counts)
     if lost:
         entry = replace(entry, notes=[*entry.notes, "truncated: " + lost.removeprefix(f"{src.display}: ")])
     return entry, lost
 
 
-def retime_events(events: pl.DataFrame, records_file: Path) -> pl.DataFrame:
-    """Events were matched on provisional times; give them their record's final time."""
-    if events.height == 0:
+def retime_events(events: FrameT, records_file: Path) -> FrameT:
+    """Events were matched on provisional times; give them their record's final time (eager or lazy, in order)."""
+    lines = (events.lazy() if isinstance(events, pl.DataFrame) else events).select(pl.col("line").unique()).collect()
+    if lines.height == 0:
         return events
-    lines = events["line"].unique()
-    final = (pl.scan_parquet(records_file).filter(pl.col("line").is_in(lines.implode()))
+    final = (pl.scan_parquet(records_file).filter(pl.col("line").is_in(lines.get_column("line").implode()))
              .select("line", pl.col("ts").alias("_ts"), pl.col("ts_source").alias("_tss")).collect())
-    out = events.join(final, on="line", how="left")
+    out = events.join(final.lazy() if isinstance(events, pl.LazyFrame) else final, on="line", how="left",
+                      maintain_order="left")
     return out.with_columns(pl.coalesce(pl.col("_ts"), pl.col("ts")).alias("ts"),
                             pl.coalesce(pl.col("_tss"), pl.col("ts_source")).alias("ts_source")).drop("_ts", "_tss")
 
@@ -541,15 +546,22 @@ def _anchor_source(store: Store, e: SourceEntry, opts: IngestOptions) -> list[Bo
     try:
         src = store.records_of(e)
         mono_only = pl.col("ts_source") == TimeSource.MONOTONIC_ONLY.value
-        mono_msgs = src.filter(mono_only).select("message")
+        # the messages in both are found by their hashes first (8 bytes each, not the text of every kernel line),
+        # then the few that share a hash are compared whole
+        h = pl.col("message").hash(seed=0)
+        mono_h = src.filter(mono_only).select(h.alias("_h")).unique().collect(engine="streaming")
         walled = (store.records()
                   .filter(pl.col("ident") == "kernel", pl.col("ts").is_not_null(),
-                          pl.col("ts_source") != TimeSource.BOOT_ANCHORED.value)
-                  .select("ts", "message", "host").join(mono_msgs, on="message", how="semi").collect())
+                          pl.col("ts_source") != TimeSource.BOOT_ANCHORED.value,
+                          h.is_in(mono_h.get_column("_h").implode()))
+                  .select("ts", "message", "host").collect(engine="streaming"))
         if walled.height == 0:
             return []
-        mono = (src.filter(mono_only).select("boot_id", "mono", "message", "host")
-                .join(walled.lazy().select("message"), on="message", how="semi").collect())
+        walled_h = walled.select(h.alias("_h")).unique().get_column("_h")
+        mono = (src.filter(mono_only, h.is_in(walled_h.implode())).select("boot_id", "mono", "message", "host")
+                .collect(engine="streaming"))
+        walled = walled.join(mono.select("message").unique(), on="message", how="semi", maintain_order="left")
+        mono = mono.join(walled.select("message").unique(), on="message", how="semi", maintain_order="left")
     except FileNotFoundError:
         return None  # its files were replaced (and the old ones deleted) since `e` was read
     anchors = {a.boot_id: a for a in find_anchors(mono, walled)}
