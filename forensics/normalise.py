@@ -67,14 +67,17 @@ def _merge_journal_blocks(recs: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFram
     """A traceback logged through the journal is one entry per line; make it one record again.
 
     Within one (host, ident, pid), a block starts at `Traceback (most recent call last):` (or c10's
-    `Exception raised from`) and takes the following entries of that process until one that starts a new
-    log record (an SGLang/glog/uvicorn prefix) or a gap of more than 2 s. Only the processes that logged a
-    block start in this batch (`keys`) are looked at."""
+    `Exception raised from`) and takes the entries of that process that follow it, line after line, until
+    one that starts a new log record (an SGLang/glog/uvicorn prefix), a line of anything else in between (so
+    a record's lines are a run: no other record inside its span) or a gap of more than 2 s. Only the processes
+    that logged a block start in this batch (`keys`) are looked at."""
     journal = pl.col("format").is_in(list(JOURNAL_TEXT)) & pl.col("pid").is_not_null()
     df = recs.with_row_index("_i")
     j = df.filter(journal).join(keys, on=KEY, how="semi")
     gap = (pl.col("ts") - pl.col("ts").shift(1).over(KEY)).dt.total_seconds().abs()
-    new_rec = (pl.col("message").str.contains(NEW_RECORD) | gap.is_null() | (gap > 2))
+    # a line of another process (or one no format read) in between ends the block: a record is a run of lines
+    apart = (pl.col("_i") - pl.col("_i").shift(1).over(KEY)).ne(1).fill_null(True)
+    new_rec = (pl.col("message").str.contains(NEW_RECORD) | gap.is_null() | (gap > 2) | apart)
     start = pl.col("message").str.contains(BLOCK_START)
     j = j.with_columns(new_rec.alias("_new"), start.alias("_start"))
     j = j.with_columns(pl.when(pl.col("_new")).then(pl.col("_start")).forward_fill().over(KEY).alias("_in"))

@@ -47,3 +47,20 @@ def test_golden_parse(path: Path, update_golden: bool) -> None:
         r["ts"] = None if r["ts"] is None else r["ts"].strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         rows.append(json.dumps(r, sort_keys=True, ensure_ascii=False))
     check_golden(GOLDEN / f"{path.stem}.jsonl", "\n".join(rows) + "\n", update_golden)
+
+
+def test_a_journal_traceback_is_one_record_of_consecutive_lines() -> None:
+    """A traceback logged through the journal (one entry per line) becomes one record; a line no format reads (a
+    damaged stamp, found by fuzzing) or another process's line in between ends it, so no record's span holds
+    another record."""
+    from forensics.parse import parse_text
+
+    head = "2025-05-25T20:29:47+00:00 h python3[7]: "
+    lines = [head + "Traceback (most recent call last):", head + '  File "x.py", line 1, in f',
+             head + "RuntimeError: one", "2025-05-25T2:209:47+00:00 h python3[7]: damaged stamp",
+             head + "RuntimeError: two", "2025-05-25T20:29:47+00:00 h other[8]: Traceback (most recent call last):",
+             "2025-05-25T20:29:47+00:00 h other[8]:   File \"y.py\", line 2, in g"]
+    recs = parse_text("\n".join(lines) + "\n", path="j.log").sort("line")
+    spans = list(zip(recs["line"].to_list(), recs["line_end"].to_list()))
+    assert spans == [(1, 3), (4, 4), (5, 5), (6, 7)]
+    assert recs["message"][0].count("\n") == 2
