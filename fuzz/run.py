@@ -69,6 +69,7 @@ def run(name: str, seconds: float, work: Path, corpus_root: Path, runs: int | No
     stats.unlink(missing_ok=True)
     artifacts = work / "artifacts"
     artifacts.mkdir(exist_ok=True)
+    before = set(artifacts.glob(f"{name}-*"))  # crash files of earlier runs are not this run's findings
     cmd = [sys.executable, str(HERE / f"{name}.py"), str(corpus), str(seed_dir),
            f"-max_total_time={int(seconds)}", f"-max_len={HARNESSES[name]}", f"-dict={HERE / 'forensics.dict'}",
            f"-artifact_prefix={artifacts}/{name}-", "-print_final_stats=1", "-timeout=30", "-rss_limit_mb=4096",
@@ -85,7 +86,7 @@ def run(name: str, seconds: float, work: Path, corpus_root: Path, runs: int | No
     done = re.search(r"Done (\d+) runs in (\d+) second", out)
     execs = int(done.group(1)) if done else None
     info = json.loads(stats.read_text()) if stats.exists() else {}
-    crashes = sorted(str(p) for p in artifacts.glob(f"{name}-*"))
+    crashes = sorted(str(p) for p in set(artifacts.glob(f"{name}-*")) - before)
     res = {"harness": name, "returncode": proc.returncode, "execs": execs if execs is not None else info.get("execs"),
            "seconds": round(took, 1), "known": info.get("known", {}), "crashes": crashes,
            "corpus": len(list(corpus.iterdir()))}
