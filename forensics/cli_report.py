@@ -7,6 +7,7 @@ a broken user template, ...).
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import hashlib
 import os
@@ -45,8 +46,47 @@ def read_source_file(src: SourceInfo) -> Sequence[str] | None:
             raw = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
     except Exception:  # noqa: BLE001 - a source we cannot reopen only loses its context lines
         return None
-    text = raw.decode("utf-8", errors="replace")
-    return [line.rstrip("\r") for line in text.split("\n")]
+    return FileLines(raw)
+
+
+class FileLines(Sequence[str]):
+    """The lines of a file's bytes (split at `\n`, `\r` stripped, invalid UTF-8 replaced), decoded only where
+    asked: a report cites a few lines of files of millions. Newlines are counted per 1 MiB chunk once; a chunk
+    is split when one of its lines is first asked for."""
+
+    def __init__(self, raw: bytes, chunk: int = 1 << 20) -> None:
+        self.raw = raw
+        self.starts = list(range(0, len(raw), chunk)) or [0]
+        self.first: list[int] = []   # the 0-based number of the first line that starts in each chunk
+        n = 0
+        for a in self.starts:
+            self.first.append(n)
+            n += raw.count(b"\n", a, a + chunk)
+        self.n = n + 1
+        self.split: dict[int, list[bytes]] = {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):  # noqa: ANN001, ANN204 - int -> str, slice -> list[str]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self.n))]
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        c = bisect.bisect_right(self.first, i) - 1
+        while c > 0 and self.first[c] == self.first[c - 1]:  # a chunk no line starts in (one long line)
+            c -= 1
+        if c not in self.split:
+            # from the first line starting in chunk c (after the last newline before it) to the end of c's lines
+            a = self.raw.rfind(b"\n", 0, self.starts[c]) + 1 if c else 0
+            nxt = c + 1
+            while nxt < len(self.starts) and self.first[nxt] == self.first[c]:
+                nxt += 1
+            b = self.raw.find(b"\n", self.starts[nxt] - 1) if nxt < len(self.starts) else -1
+            self.split[c] = self.raw[a:b if b >= 0 else len(self.raw)].split(b"\n")
+        return self.split[c][i - self.first[c]].decode("utf-8", errors="replace").rstrip("\r")
 
 
 def _rulepack_versions(store: Any) -> dict[str, str]:

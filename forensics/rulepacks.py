@@ -58,6 +58,7 @@ import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -429,6 +430,7 @@ def group_names(pattern: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_GROUP_NAME.findall(pattern)))
 
 
+@lru_cache(maxsize=4096)
 def polars_compiles(pattern: str) -> str | None:
     """None if polars' (Rust) regex engine accepts the pattern, else the error text."""
     import polars as pl
@@ -1073,6 +1075,28 @@ def load_rules(extra_dirs: Sequence[Path | str] = (), *, builtin: bool = True,
             errors.append((str(d), 0, "rules directory does not exist"))
             continue
         layers.append(pack_files(d))
+    # the same files, unchanged, give the same (frozen) rule set: a command that loads the packs twice reads them once
+    key = (tuple(tuple((str(f), *_stamp(f)) for f in files) for files in layers), tuple(errors))
+    if not errors and key in _LOADED:
+        return _LOADED[key]
+    rules = _load_layers(layers, errors)
+    _LOADED.clear()  # one rule set kept: the last one asked for
+    _LOADED[key] = rules
+    return rules
+
+
+_LOADED: dict[tuple, RuleSet] = {}
+
+
+def _stamp(f: Path) -> tuple[str]:
+    """What identifies a pack file's content (its digest: cheap for files of a few kB, and exact)."""
+    try:
+        return (hashlib.sha256(f.read_bytes()).hexdigest(),)
+    except OSError:
+        return ("",)
+
+
+def _load_layers(layers: list[list[Path]], errors: list[tuple[str, int, str]]) -> RuleSet:
     kinds = dict(KINDS)
     by_id: dict[str, Rule] = {}
     tables: dict[str, Lookup] = {}

@@ -10,6 +10,8 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from fixtures.incident_fixture import seed_incident
 
 from forensics import cli_report
@@ -117,3 +119,15 @@ def test_read_source_file_checks_the_hash(tmp_path: Path) -> None:
     assert list(cli_report.read_source_file(replace(good, path=str(gz),
                                                      sha256=hashlib.sha256(gz.read_bytes()).hexdigest())) or [])[:2] \
         == ["a", "b"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.integers(min_value=1, max_value=16))
+def test_file_lines_are_the_lines_of_the_decoded_file(raw: bytes, chunk: int) -> None:
+    """The lazy line index a report reads cited lines from gives the lines of the whole decoded file, whatever
+    the chunk size (lines longer than a chunk, CRLF, invalid UTF-8, no final newline)."""
+    from forensics.cli_report import FileLines
+
+    want = [line.rstrip("\r") for line in raw.decode("utf-8", errors="replace").split("\n")]
+    lines = FileLines(raw, chunk)
+    assert len(lines) == len(want) and [lines[i] for i in range(len(want))] == want
