@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT / "fuzz"))
 
 import common  # noqa: E402
 
-# seconds per atheris harness in `make test` (three harnesses); FORENSICS_FUZZ_SECONDS overrides
-FUZZ_SECONDS = float(os.environ.get("FORENSICS_FUZZ_SECONDS", "10"))
+# seconds per atheris harness in `make test` (three harnesses: about a minute in all); FORENSICS_FUZZ_SECONDS overrides
+FUZZ_SECONDS = float(os.environ.get("FORENSICS_FUZZ_SECONDS", "20"))
 
 PIECES = [
     "May 25 20:17:19 h systemd[1]: x.service: Main process exited, code=killed, status=9/KILL",
