@@ -380,6 +380,12 @@ def _literal_tables(rules: RuleSet) -> pl.DataFrame:
 def _prefilter(recs: pl.DataFrame, rules: RuleSet, table: pl.DataFrame | None = None
                ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(candidate rows: those holding any literal; their (ROW, rule, context) pairs)."""
+    cand = _candidate_rows(recs, rules)
+    return cand, _pairs(cand, rules, table)
+
+
+def _candidate_rows(recs: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
+    """The rows whose message holds a literal of some rule: one Aho-Corasick pass over every message."""
     msg = pl.col("message")
     conds = []
     cs, ci = rules.literals(False), rules.literals(True)
@@ -388,10 +394,16 @@ def _prefilter(recs: pl.DataFrame, rules: RuleSet, table: pl.DataFrame | None = 
     if ci:
         conds.append(msg.str.contains_any(list(ci), ascii_case_insensitive=True))
     if not conds:
-        return recs.clear(), _NO_PAIRS
-    cand = recs.filter(pl.any_horizontal(conds) if len(conds) > 1 else conds[0])
+        return recs.clear()
+    return recs.filter(pl.any_horizontal(conds) if len(conds) > 1 else conds[0])
+
+
+def _pairs(cand: pl.DataFrame, rules: RuleSet, table: pl.DataFrame | None = None) -> pl.DataFrame:
+    """(ROW, rule, context) for every literal each candidate holds: which rules (and context patterns) to try."""
     if cand.height == 0:
-        return cand, _NO_PAIRS
+        return _NO_PAIRS
+    msg = pl.col("message")
+    cs, ci = rules.literals(False), rules.literals(True)
     hits = []
     if cs:
         hits.append(cand.select(ROW, msg.str.extract_many(list(cs), overlapping=True).alias("_lit")))
@@ -399,8 +411,7 @@ def _prefilter(recs: pl.DataFrame, rules: RuleSet, table: pl.DataFrame | None = 
         hits.append(cand.select(ROW, msg.str.extract_many(list(ci), overlapping=True, ascii_case_insensitive=True)
                                 .list.eval(pl.element().str.to_lowercase()).alias("_lit")))
     found = pl.concat(hits).explode("_lit").drop_nulls("_lit").unique()
-    pairs = found.join(_literal_tables(rules) if table is None else table, on="_lit").select(ROW, "_kr", "_kc").unique()
-    return cand, pairs
+    return found.join(_literal_tables(rules) if table is None else table, on="_lit").select(ROW, "_kr", "_kc").unique()
 
 
 _NO_PAIRS = pl.DataFrame(schema={ROW: pl.UInt32, "_kr": pl.Int32, "_kc": pl.Int32})
@@ -714,8 +725,9 @@ def match_records(records: pl.DataFrame, rules: RuleSet, *, regex_timeout: float
 class Matcher:
     """Matching over a stream of record batches (one source). Each batch is prefiltered when it comes (one
     Aho-Corasick pass); only its candidate records are kept, copied out of the batch's buffers, and the rules
-    run over the candidates of many batches at once: their fixed cost per rule is paid per `flush_rows`
-    candidates rather than per batch, and context patterns see across batch cuts. `engine: regex` rules run
+    run over the candidates of many batches at once (which literals each holds is found then too): their fixed
+    cost per rule is paid per `flush_rows` candidates rather than per batch, and context patterns see across
+    batch cuts. `engine: regex` rules run
     within `budget` (one per source: `budget.timeouts()` tells which timed out)."""
 
     def __init__(self, rules: RuleSet, *, flush_rows: int = 65_536, flush_bytes: int = 16 << 20,
@@ -724,7 +736,6 @@ class Matcher:
         self.budget = budget if budget is not None else RegexBudget()
         self.flush_rows, self.flush_bytes = flush_rows, flush_bytes
         self._cand: list[pl.DataFrame] = []
-        self._pairs: list[pl.DataFrame] = []
         self._rows = self._bytes = 0
         self._table = _literal_tables(rules)
 
@@ -732,14 +743,13 @@ class Matcher:
         """Take a batch; returns the events of a flush when enough candidates have gathered, else none."""
         if records.height == 0 or not self.rules.rules:
             return empty_events()
-        cand, pairs = _prefilter(_frame(records, self._rows), self.rules, self._table)
+        cand = _candidate_rows(_frame(records, self._rows), self.rules)
         if cand.height:
             # a filtered string column keeps the whole batch's buffers alive: copy the kept strings out
             strings = [pl.concat_str([pl.col(c), pl.lit("")]).alias(c) for c, t in cand.schema.items()
                        if t == pl.String]
             cand = cand.with_columns(strings)
             self._cand.append(cand)
-            self._pairs.append(pairs)
             self._bytes += int(cand.get_column("message").str.len_bytes().sum() or 0)
         self._rows += records.height
         if sum(c.height for c in self._cand) >= self.flush_rows or self._bytes >= self.flush_bytes:
@@ -750,9 +760,9 @@ class Matcher:
         """The events of the candidates gathered so far (call at the end of the stream)."""
         if not self._cand:
             return empty_events()
-        cand, pairs = pl.concat(self._cand), pl.concat(self._pairs)
-        self._cand, self._pairs, self._rows, self._bytes = [], [], 0, 0
-        return _apply_rules(cand, pairs, self.rules, self.budget, True)
+        cand = pl.concat(self._cand)
+        self._cand, self._rows, self._bytes = [], 0, 0
+        return _apply_rules(cand, _pairs(cand, self.rules, self._table), self.rules, self.budget, True)
 
 
 def _apply_rules(cand: pl.DataFrame, pairs: pl.DataFrame, rules: RuleSet, budget: RegexBudget,
