@@ -142,7 +142,7 @@ def main() -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(f"\ncorpus: {size / 2**20:.0f} MiB, {lines:,} lines, medians of {args.runs} runs\n")
-    print(f"| command | s | MB/s | lines/s | peak RSS MiB | x forensics |")
+    print("| command | s | MB/s | lines/s | peak RSS MiB | x forensics |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['command']} | {r['seconds']} | {r['mb_s']:,} | {r['lines_s']:,} | {r['peak_rss_mib']:,} | "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from .formats import JOURNAL_TEXT
-from .schema import OUT_OF_RANGE, RECORD_SCHEMA, TS_MAX_US, TS_MIN_US
+from .schema import OUT_OF_RANGE, TS_MAX_US, TS_MIN_US
 
 UNIT_PREFIX = r"^([\w@.\-:\\]+\.(?:service|scope|slice|socket|timer|mount|target|path|device|swap|automount)): "
 SGLANG_IN_MSG = r"^\[(\d{4}-\d{2}-\d{2}) \d{2}:\d{2}:\d{2}(?:\.\d+)?((?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+)*)\] "

@@ -25,7 +25,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -34,7 +34,7 @@ from typing import Literal
 import polars as pl
 from filelock import FileLock
 
-from .schema import EVENT_SCHEMA, RECORD_SCHEMA, conform, empty_events, empty_records
+from .schema import conform, empty_events, empty_records
 
 STORE_VERSION = 2
 SUPERSEDED_GRACE = 900.0  # seconds a replaced file stays for the readers that listed it before the switch
