@@ -13,7 +13,10 @@ and how many were never searched.
     for t in budget.timeouts(): print("warning:", t.describe())
 
 Searches well under `REGEX_FREE` (every sane pattern) are never charged, so a big source with many candidate
-lines never runs out of budget. Only the `regex` engine needs this: polars' engine runs in linear time.
+lines never runs out of budget. The charge is the search's CPU time on its thread, not the wall clock: a
+pause of the machine or a wait for the GIL held by another worker is not the pattern's cost, and must not
+use up the budget of a sane rule on a busy host. Only the `regex` engine needs this: polars' engine runs in
+linear time.
 """
 
 from __future__ import annotations
@@ -115,7 +118,7 @@ class RegexBudget:
         if left <= 0:
             self.skip(rule, path, [line])
             return None
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         try:
             return rx.search(message, timeout=min(self.timeout, left + self.free))
         except TimeoutError:
@@ -125,7 +128,7 @@ class RegexBudget:
                 t.lines.append(line)
             return None
         finally:
-            cost = time.perf_counter() - t0 - self.free
+            cost = time.thread_time() - t0 - self.free
             if cost > 0:
                 self._of(rule, path).charged += cost
 
