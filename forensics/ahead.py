@@ -1,4 +1,4 @@
-"""An iterator run one item ahead on its own thread: the producer (file reads, polars, pyarrow: all release the
+"""An iterator run one item ahead on its own thread: the producer (file reads, hashing, polars: all release the
 GIL) works on the next item while the caller works on this one. At most one item waits, so memory stays
 bounded; an exception in the producer is raised in the caller's thread; closing the iterator early stops it."""
 

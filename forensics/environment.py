@@ -199,8 +199,6 @@ def fingerprint_records(records: pl.DataFrame, evs: Sequence[EventView], kn: Kno
     return Fingerprint(values=ordered, sources=tuple((k, src[k]) for k, _ in ordered), hardware=hw)
 
 
-
-
 def _hits(store, source_ids: Sequence[str], cond: pl.Expr) -> tuple[pl.DataFrame, pl.DataFrame]:  # noqa: ANN001
     """(records `cond` selects whose message holds a literal: ts, message, path, line, host, source_id;
     the distinct ranks of the records `cond` selects: rank, host, source_id), a source at a time, the filters

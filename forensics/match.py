@@ -727,8 +727,8 @@ class Matcher:
     Aho-Corasick pass); only its candidate records are kept, copied out of the batch's buffers, and the rules
     run over the candidates of many batches at once (which literals each holds is found then too): their fixed
     cost per rule is paid per `flush_rows` candidates rather than per batch, and context patterns see across
-    batch cuts. `engine: regex` rules run
-    within `budget` (one per source: `budget.timeouts()` tells which timed out)."""
+    batch cuts. `engine: regex` rules run within `budget` (one per source: `budget.timeouts()` tells which
+    timed out)."""
 
     def __init__(self, rules: RuleSet, *, flush_rows: int = 65_536, flush_bytes: int = 16 << 20,
                  budget: RegexBudget | None = None) -> None:
@@ -736,7 +736,7 @@ class Matcher:
         self.budget = budget if budget is not None else RegexBudget()
         self.flush_rows, self.flush_bytes = flush_rows, flush_bytes
         self._cand: list[pl.DataFrame] = []
-        self._rows = self._bytes = 0
+        self._rows = self._kept = self._bytes = 0   # records seen, candidates kept, their message bytes
         self._table = _literal_tables(rules)
 
     def add(self, records: pl.DataFrame) -> pl.DataFrame:
@@ -750,9 +750,10 @@ class Matcher:
                        if t == pl.String]
             cand = cand.with_columns(strings)
             self._cand.append(cand)
+            self._kept += cand.height
             self._bytes += int(cand.get_column("message").str.len_bytes().sum() or 0)
         self._rows += records.height
-        if sum(c.height for c in self._cand) >= self.flush_rows or self._bytes >= self.flush_bytes:
+        if self._kept >= self.flush_rows or self._bytes >= self.flush_bytes:
             return self.finish()
         return empty_events()
 
@@ -761,7 +762,7 @@ class Matcher:
         if not self._cand:
             return empty_events()
         cand = pl.concat(self._cand)
-        self._cand, self._rows, self._bytes = [], 0, 0
+        self._cand, self._rows, self._kept, self._bytes = [], 0, 0, 0
         return _apply_rules(cand, _pairs(cand, self.rules, self._table), self.rules, self.budget, True)
 
 
