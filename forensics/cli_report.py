@@ -7,11 +7,9 @@ a broken user template, ...).
 
 from __future__ import annotations
 
-import bisect
-import gzip
-import hashlib
+import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -19,75 +17,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 
-from forensics.model import SourceInfo
 from forensics.render.sandbox import SECONDS as TEMPLATE_SECONDS
-
-MAX_CONTEXT_FILE = 256 * 1024 * 1024
-
-
-def read_source_file(src: SourceInfo) -> Sequence[str] | None:
-    """The lines of `src` as ingested, or None when the file is gone, too large, or its sha256 differs."""
-    path = Path(src.path)
-    try:
-        if not path.is_file() or path.stat().st_size > MAX_CONTEXT_FILE:
-            return None
-        raw = path.read_bytes()
-    except OSError:
-        return None
-    digest = hashlib.sha256(raw).hexdigest()
-    if not src.sha256 or not digest.startswith(src.sha256.lower()):
-        return None
-    try:
-        if path.suffix == ".gz":
-            raw = gzip.decompress(raw)
-        elif path.suffix == ".zst":
-            import zstandard
-
-            raw = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
-    except Exception:  # noqa: BLE001 - a source we cannot reopen only loses its context lines
-        return None
-    return FileLines(raw)
-
-
-class FileLines(Sequence[str]):
-    """The lines of a file's bytes (split at `\n`, `\r` stripped, invalid UTF-8 replaced), decoded only where
-    asked: a report cites a few lines of files of millions. Newlines are counted per 1 MiB chunk once; a chunk
-    is split when one of its lines is first asked for."""
-
-    def __init__(self, raw: bytes, chunk: int = 1 << 20) -> None:
-        self.raw = raw
-        self.starts = list(range(0, len(raw), chunk)) or [0]
-        self.first: list[int] = []   # the 0-based number of the first line that starts in each chunk
-        n = 0
-        for a in self.starts:
-            self.first.append(n)
-            n += raw.count(b"\n", a, a + chunk)
-        self.n = n + 1
-        self.split: dict[int, list[bytes]] = {}
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i):  # noqa: ANN001, ANN204 - int -> str, slice -> list[str]
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(self.n))]
-        if i < 0:
-            i += self.n
-        if not 0 <= i < self.n:
-            raise IndexError(i)
-        c = bisect.bisect_right(self.first, i) - 1
-        while c > 0 and self.first[c] == self.first[c - 1]:  # a chunk no line starts in (one long line)
-            c -= 1
-        if c not in self.split:
-            # from the first line starting in chunk c (after the last newline before it) to the end of c's lines
-            a = self.raw.rfind(b"\n", 0, self.starts[c]) + 1 if c else 0
-            nxt = c + 1
-            while nxt < len(self.starts) and self.first[nxt] == self.first[c]:
-                nxt += 1
-            b = self.raw.find(b"\n", self.starts[nxt] - 1) if nxt < len(self.starts) else -1
-            self.split[c] = self.raw[a:b if b >= 0 else len(self.raw)].split(b"\n")
-        return self.split[c][i - self.first[c]].decode("utf-8", errors="replace").rstrip("\r")
-
+from forensics.sourcefile import read_source_file
 
 def _rulepack_versions(store: Any) -> dict[str, str]:
     found = getattr(store, "rulepack_versions", None)
@@ -181,7 +112,8 @@ def report(ctx: click.Context, spec: str, fmt: str, output: Path | None, redact:
         tz=tz, max_chars=max_chars, template_dir=template_dir, template_seconds=template_seconds,
         redact=redact or redact_map is not None,
         redact_map=redact_map, generated_at=stamp, tool_version=__version__,
-        rulepack_versions=_rulepack_versions(store), source_reader=read_source_file)
+        rulepack_versions=_rulepack_versions(store),
+        source_reader=functools.partial(read_source_file, cache=store.path / "profiles" / "files"))
     try:
         text = render_report(incidents, fmt, options)  # type: ignore[arg-type]
     except RedactionError as e:

@@ -16,13 +16,11 @@ from typing import Any
 
 import polars as pl
 
+from . import profile
 from .configreview import Hardware, Knowledge, normalize_sm
 from .correlate import EventView
 
-LITERALS = ("Linux version", "NVRM: loading", "Driver Version", "CUDA Version", "Cuda compilation tools",
-            "site-packages/", "torch==", "torch ", "flashinfer", "sglang==", "sglang ", "NVIDIA ", "capability sm_",
-            "avail mem=", "nvidia 0000:", "NVRM: GPU at PCI", "Unsupported gpu architecture", "/cuda-", "PCIe-only",
-            "+cu1")
+LITERALS = profile.ENV_LITERALS
 
 # (key, pattern, how to print the match); the first group is the value
 PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
@@ -201,30 +199,22 @@ def fingerprint_records(records: pl.DataFrame, evs: Sequence[EventView], kn: Kno
 
 def _hits(store, source_ids: Sequence[str], cond: pl.Expr) -> tuple[pl.DataFrame, pl.DataFrame]:  # noqa: ANN001
     """(records `cond` selects whose message holds a literal: ts, message, path, line, host, source_id;
-    the distinct ranks of the records `cond` selects: rank, host, source_id), a source at a time, the filters
-    pushed into the scan."""
-    lit = pl.col("message").str.contains_any(list(LITERALS), ascii_case_insensitive=True)
+    the distinct ranks of the records `cond` selects: rank, host, source_id), from each source's profile
+    (cached with the store: no record is read)."""
     hits: list[pl.DataFrame] = []
     ranks: list[pl.DataFrame] = []
     for sid in dict.fromkeys(source_ids):
-        lf = store.records([sid]).filter(cond)
-        # the filters run inside the scan (streaming): only the few matching messages are ever held
-        hits.append(_compact(lf.filter(lit).select("ts", "message", "path", "line", "host", "source_id")
-                             .collect(engine="streaming")))
-        ranks.append(lf.filter(pl.col("rank").is_not_null()).select("rank", "host", "source_id")
-                     .unique(maintain_order=True).collect())
+        prof = profile.of_source(store, sid)
+        if prof is None:  # its records were replaced and the new ones are gone too: nothing to read
+            continue
+        hits.append(prof.env_hits.filter(cond).select(*profile.HIT_COLUMNS))
+        ranks.append(prof.ranks.filter(cond).select("rank", "host", "source_id").unique(maintain_order=True))
     schema = {"ts": pl.Datetime("us", "UTC"), "message": pl.String, "path": pl.String, "line": pl.Int64,
               "host": pl.String, "source_id": pl.String}
     h = pl.concat(hits, how="vertical_relaxed") if hits else pl.DataFrame(schema=schema)
     r = (pl.concat(ranks, how="vertical_relaxed") if ranks else
          pl.DataFrame(schema={"rank": pl.String, "host": pl.String, "source_id": pl.String}))
     return h, r
-
-
-def _compact(df: pl.DataFrame) -> pl.DataFrame:
-    """The frame with its text copied: a few rows filtered out of a slice would otherwise keep the whole
-    slice's text buffers alive."""
-    return df.with_columns(pl.col(c) + pl.lit("") for c, t in df.schema.items() if t == pl.String)
 
 
 def _host_filter(host: str | None, null_host: bool) -> pl.Expr:

@@ -114,95 +114,53 @@ def _spans_of(lf: pl.LazyFrame, keys: Sequence[str]) -> pl.LazyFrame:
                  pl.len().alias("records"), pl.col("ts").is_null().sum().alias("untimed")))
 
 
-def _constant(path, names: Sequence[str]) -> dict[str, str] | None:  # noqa: ANN001
-    """The value of each column `names` of a Parquet file when its statistics show one value everywhere."""
-    try:
-        import pyarrow.parquet as pq
+def _profiles(store) -> list:  # noqa: ANN001 - list[profile.Profile]
+    """The profile of each listed source (its spans and ranks, cached per records file: no record is read)."""
+    from . import profile
 
-        md = pq.ParquetFile(str(path)).metadata
-        cols = [md.schema.column(i).name for i in range(md.num_columns)]
-        out: dict[str, str] = {}
-        for name in names:
-            vals = set()
-            for rg in range(md.num_row_groups):
-                st = md.row_group(rg).column(cols.index(name)).statistics
-                if st is None or not st.has_min_max or st.null_count != 0 or st.min != st.max:
-                    return None
-                vals.add(st.min)
-            if len(vals) != 1:
-                return None
-            out[name] = vals.pop()
-        return out
-    except Exception:  # noqa: BLE001 - no statistics: the columns are grouped on like the others
-        return None
-
-
-RECORD_SLICE = 500_000                 # records grouped at a time
-
-
-def _record_hosts(store) -> pl.DataFrame:  # noqa: ANN001
-    """(source_id, path, host) as the records have them (distinct): the hosts of each file."""
     out = []
     for sid in dict.fromkeys(e.source_id for e in store.sources()):
-        f = store.records_file(sid)
-        same = _constant(f, ("source_id", "path")) if f.exists() else None
-        lf = store.records([sid])
-        if same is not None:
-            out.append(lf.select(pl.col("host").unique()).collect().select(
-                pl.lit(same["source_id"]).alias("source_id"), pl.lit(same["path"]).alias("path"), "host"))
-        else:
-            out.append(lf.select("source_id", "path", "host").unique().collect())
-    out.append(store.records().select("source_id", "path", "host").clear().collect())
-    return pl.concat(out, how="vertical_relaxed")
+        p = profile.of_source(store, sid)
+        if p is not None:
+            out.append(p)
+    return out
 
 
-def _record_tables(store, hosts: pl.Expr | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:  # noqa: ANN001
-    """(spans per source/host/class/unit, units named by each source's systemd lines), a slice of a source
-    at a time, so memory holds one slice's columns. Records are first counted per (host, ident, unit, format)
-    as they are, the class of log is given to those few groups, and the spans are their sums (the format of a
-    span is that of its first record); the source id and path are not read when the file's statistics show
-    them the same on every record. `hosts` (an expression on the records) keeps the spans of some hosts only
-    (the units named are every host's)."""
+def _record_hosts(profiles: Sequence) -> pl.DataFrame:
+    """(source_id, path, host) as the records have them (distinct): the hosts of each file."""
+    schema = {"source_id": pl.String, "path": pl.String, "host": pl.String}
+    out = [p.groups.select(*schema).unique(maintain_order=True) for p in profiles]
+    return pl.concat([*out, pl.DataFrame(schema=schema)], how="vertical_relaxed")
+
+
+def _record_tables(profiles: Sequence, hosts: pl.Expr | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(spans per source/host/class/unit, units named by each source's systemd lines), from each source's
+    profile: its records counted per (source, path, host, ident, unit, format); the class of log is given to
+    those groups, and the spans are their sums (the format of a span is that of its first record). `hosts` (an
+    expression on the records' host and path) keeps the spans of some hosts only (the units named are every
+    host's)."""
     spans: list[pl.DataFrame] = []
     units: list[pl.DataFrame] = []
-    cols = ["source_id", "path", "format", "host", "ident", "unit", "ts"]
     systemd = (pl.col("ident").fill_null("").str.starts_with("systemd") & pl.col("unit").is_not_null()
                & (pl.col("ident") != "systemd-journald"))
-    for sid in dict.fromkeys(e.source_id for e in store.sources()):
-        lf = store.records([sid]).select(cols)
-        f = store.records_file(sid)
-        same = _constant(f, ("source_id", "path")) if f.exists() else None
-        keys = ["host", "ident", "unit", "format"] if same is not None else ["source_id", "path", "host", "ident",
-                                                                              "unit", "format"]
-        n = lf.select(pl.len()).collect().item()
-        parts: list[pl.DataFrame] = []
-        named: list[pl.DataFrame] = []
-        for off in range(0, n, RECORD_SLICE):
-            sl = lf.slice(off, RECORD_SLICE)
-            grp = sl.with_row_index("_i", offset=off)
-            if hosts is not None:
-                grp = grp.filter(hosts)
-            parts.append(grp.group_by(keys).agg(
-                pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"), pl.len().alias("records"),
-                pl.col("ts").is_null().sum().alias("untimed"), pl.col("_i").min()).collect())
-            named.append(sl.filter(systemd).select("source_id", "unit").unique().collect())
-        if not parts:
-            continue
-        sp = pl.concat(parts, how="vertical_relaxed").group_by(keys).agg(
-            pl.col("first").min(), pl.col("last").max(), pl.col("records").sum(), pl.col("untimed").sum(),
-            pl.col("_i").min())
-        if same is not None:
-            sp = sp.select(pl.lit(same["source_id"]).alias("source_id"), pl.lit(same["path"]).alias("path"), pl.all())
+    for p in profiles:
+        sp = p.groups if hosts is None else p.groups.filter(hosts)
         spans.append(sp.with_columns(_log_class().alias("log")).group_by("source_id", "path", "host", "log", "unit")
-                     .agg(pl.col("format").sort_by("_i").first(), pl.col("first").min(), pl.col("last").max(),
+                     .agg(pl.col("format").sort_by("first_line").first(), pl.col("first").min(), pl.col("last").max(),
                           pl.col("records").sum().cast(pl.UInt32), pl.col("untimed").sum().cast(pl.UInt32)))
-        un = pl.concat(named, how="vertical_relaxed")
-        units.append(un.group_by("source_id").agg(pl.col("unit").unique().sort()))
-    lf = store.records().select(cols)
-    spans.append(_spans_of(lf.clear(), ["source_id", "path"]).collect())
-    units.append(lf.clear().group_by("source_id").agg(pl.col("unit").unique().sort()).collect())
+        units.append(p.groups.filter(systemd).group_by("source_id").agg(pl.col("unit").unique().sort()))
+    empty = pl.DataFrame(schema={"source_id": pl.String, "path": pl.String, "host": pl.String, "ident": pl.String,
+                                 "unit": pl.String, "format": pl.String, "ts": pl.Datetime("us", "UTC")}).lazy()
+    spans.append(_spans_of(empty, ["source_id", "path"]).collect())
+    units.append(empty.group_by("source_id").agg(pl.col("unit").unique().sort()).collect())
     spans_df = pl.concat(spans, how="vertical_relaxed").sort("path", "host", "log", "unit", nulls_last=True)
     return spans_df, pl.concat(units, how="vertical_relaxed")
+
+
+def known_units(profiles: Sequence, units: Sequence[str]) -> set[str]:
+    """Which of these units some record names."""
+    want = sorted(set(units))
+    return {u for p in profiles for u in p.groups.filter(pl.col("unit").is_in(want))["unit"].unique().to_list()}
 
 
 def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] | None = None) -> Prepared:  # noqa: ANN001
@@ -211,7 +169,8 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
     every host an incident can be grouped under) names the hosts whose events are wanted (None: all)."""
     sources = tuple(store.sources())
     raw = store.events()
-    rec = _record_hosts(store).sort("path", "host", nulls_last=True)
+    profiles = _profiles(store)
+    rec = _record_hosts(profiles).sort("path", "host", nulls_last=True)
     ev_hosts, ev_units = pl.collect_all([raw.select(pl.col("host").unique()),
                                          raw.select(pl.col("unit").drop_nulls().unique())])
     assumptions: list[tuple[str, Gap]] = []
@@ -254,7 +213,7 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
         others = [] if single else [p for p in hostless if pseudo[p] not in kept]
         wanted = (pl.col("host").is_in(sorted(p for p in kept if not p.startswith(UNKNOWN_HOST)))
                   | ((pl.col("host").is_null() | (pl.col("host") == "")) & ~pl.col("path").is_in(others)))
-    spans_df, units_df = _record_tables(store, wanted)
+    spans_df, units_df = _record_tables(profiles, wanted)
     spans_df = spans_df.with_columns(fill_host.alias("host"))
     # -- units: a source whose systemd lines name one unit (`journalctl -u X`), or named after a unit
     # a journal whose systemd lines name one unit (`journalctl -u X`): its other journal lines are X's
@@ -266,13 +225,11 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
     # event or record names)
     paths = dict(zip(rec["source_id"].to_list(), rec["path"].to_list()))
     cands = {sid: f"{PurePath(p).name.rsplit('.', 1)[0]}.service" for sid, p in paths.items()}
-    known_units = set(ev_units["unit"].to_list()) | set(
-        store.records().filter(pl.col("unit").is_in(sorted(set(cands.values())))).select(pl.col("unit").unique())
-        .collect().to_series().to_list())
+    named_units = set(ev_units["unit"].to_list()) | known_units(profiles, list(cands.values()))
     file_unit: dict[str, str] = {}
     for sid, p in sorted(paths.items()):
         cand = cands[sid]
-        if sid not in journal_unit and cand in known_units and not p.endswith(".service"):
+        if sid not in journal_unit and cand in named_units and not p.endswith(".service"):
             file_unit[sid] = cand
             assumptions.append((p, Gap(what=f"The unit of {p}",
                                        why=f"{p} names no unit; its lines are taken to be {cand}'s (the file is named "

@@ -285,6 +285,18 @@ def _matcher(rules, budget: RegexBudget | None = None):  # -> match.Matcher | No
     return Matcher(rules, budget=budget)
 
 
+def warm_profile(store: Store, sid: str) -> None:
+    """Compute the landed source's profile (what the incident queries read instead of its records: its spans
+    and ranks; the environment hits, which read every message, are left to the first query) now, while its
+    records are in the page cache. Only a cache: a failure here is left to the first query to redo."""
+    from . import profile
+
+    try:
+        profile.of_source(store, sid, env=False)
+    except (OSError, pl.exceptions.PolarsError):
+        pass
+
+
 def fingerprint(src: Source) -> str:
     """Cheap identity of a source's bytes (size, head, tail) to find a possible no-op re-ingest."""
     h = hashlib.sha256()
@@ -346,6 +358,7 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
         store.commit(entry, staging / "records.parquet", staging / "events.parquet", replace_ids)
     finally:
         store.cleanup(staging)
+    warm_profile(store, entry.source_id)
     warnings = [f"{src.display}:{n.removeprefix('line ')}" for n in entry.notes if n.startswith("line ")]
     if lost:  # the lines before a fault of the stream landed; the source still failed
         return SourceResult(src.display, "failed", entry, error=lost, warnings=warnings, timeouts=budget.timeouts())
@@ -588,6 +601,7 @@ def _anchor_source(store: Store, e: SourceEntry, opts: IngestOptions) -> list[Bo
             return None
     finally:
         store.cleanup(staging)
+    warm_profile(store, e.source_id)
     return list(anchors.values())
 
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from fixtures.incident_fixture import seed_incident
 
-from forensics import cli_report
+from forensics import cli_report, sourcefile
 
 
 @pytest.fixture
@@ -111,12 +111,12 @@ def test_read_source_file_checks_the_hash(tmp_path: Path) -> None:
     p = tmp_path / "j.log"
     p.write_text("one\ntwo\r\nthree\n")
     good = replace(src, path=str(p), sha256=hashlib.sha256(p.read_bytes()).hexdigest())
-    assert list(cli_report.read_source_file(good) or [])[:3] == ["one", "two", "three"]
-    assert cli_report.read_source_file(replace(good, sha256="0" * 64)) is None
-    assert cli_report.read_source_file(replace(good, path=str(tmp_path / "gone.log"))) is None
+    assert list(sourcefile.read_source_file(good) or [])[:3] == ["one", "two", "three"]
+    assert sourcefile.read_source_file(replace(good, sha256="0" * 64)) is None
+    assert sourcefile.read_source_file(replace(good, path=str(tmp_path / "gone.log"))) is None
     gz = tmp_path / "j.log.gz"
     gz.write_bytes(gzip.compress(b"a\nb\n"))
-    assert list(cli_report.read_source_file(replace(good, path=str(gz),
+    assert list(sourcefile.read_source_file(replace(good, path=str(gz),
                                                      sha256=hashlib.sha256(gz.read_bytes()).hexdigest())) or [])[:2] \
         == ["a", "b"]
 
@@ -126,7 +126,7 @@ def test_read_source_file_checks_the_hash(tmp_path: Path) -> None:
 def test_file_lines_are_the_lines_of_the_decoded_file(raw: bytes, chunk: int) -> None:
     """The lazy line index a report reads cited lines from gives the lines of the whole decoded file, whatever
     the chunk size (lines longer than a chunk, CRLF, invalid UTF-8, no final newline)."""
-    from forensics.cli_report import FileLines
+    from forensics.sourcefile import FileLines
 
     want = [line.rstrip("\r") for line in raw.decode("utf-8", errors="replace").split("\n")]
     lines = FileLines(raw, chunk)

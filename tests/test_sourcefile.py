@@ -1,0 +1,84 @@
+"""The cited lines of an ingested file (forensics/sourcefile.py): read from the file only while it is the file
+ingested, hashed once per stat, and only the chunks holding the cited lines read after that."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forensics import sourcefile
+from forensics.model import SourceInfo
+from forensics.sourcefile import FileLines, read_source_file
+
+
+def _src(p: Path) -> SourceInfo:
+    return SourceInfo(path=str(p), sha256=hashlib.sha256(p.read_bytes()).hexdigest(), format="syslog",
+                      confidence=1.0, host=None, records=0, unparsed=0, first_ts=None, last_ts=None, time_anchor="")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.integers(min_value=1, max_value=16), st.integers(min_value=1, max_value=9))
+def test_file_backed_lines_are_the_lines_of_the_file(tmp_path_factory: pytest.TempPathFactory, raw: bytes,
+                                                     chunk: int, step: int) -> None:
+    """Reading the lines' chunks from the file gives what the bytes in memory give: lines longer than a chunk
+    (and than the search step), CRLF, invalid UTF-8, no final newline."""
+    p = tmp_path_factory.mktemp("fl") / "f.log"
+    p.write_bytes(raw)
+    want = [line.rstrip("\r") for line in raw.decode("utf-8", errors="replace").split("\n")]
+    old = sourcefile.CHUNK
+    sourcefile.CHUNK = step  # the step of the searches for a line's ends in the file
+    try:
+        lines = FileLines(None, path=p, index=sourcefile._chunk_index(raw, chunk), size=len(raw))
+        assert len(lines) == len(want) and [lines[i] for i in range(len(want))] == want
+    finally:
+        sourcefile.CHUNK = old
+
+
+def test_a_verified_file_is_not_hashed_again_while_its_stat_is_the_same(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "j.log"
+    p.write_text("".join(f"line {i}\n" for i in range(100_000)))
+    src, cache = _src(p), tmp_path / "store" / "profiles" / "files"
+    first = read_source_file(src, cache)
+    assert first is not None and first[77_777] == "line 77777"
+    assert len(list(cache.iterdir())) == 1
+
+    def no_read(*_a: object) -> None:
+        raise AssertionError("read (and hashed) again")
+
+    monkeypatch.setattr(Path, "read_bytes", no_read)
+    again = read_source_file(src, cache)
+    assert again is not None and again[77_777] == "line 77777" and len(again) == len(first)
+    assert again.raw is None  # read a chunk at a time, not the whole file
+    monkeypatch.undo()
+    # the same size, other bytes, a later mtime: hashed again, and no longer the ingested file
+    p.write_text(p.read_text().replace("line 5\n", "line X\n"))
+    os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
+    assert read_source_file(src, cache) is None
+
+
+def test_another_sha256_for_the_same_stat_is_not_trusted(tmp_path: Path) -> None:
+    p = tmp_path / "j.log"
+    p.write_text("a\nb\n")
+    src, cache = _src(p), tmp_path / "files"
+    assert read_source_file(src, cache) is not None
+    assert read_source_file(replace(src, sha256="0" * 64), cache) is None
+
+
+def test_a_read_only_cache_hashes_every_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "j.log"
+    p.write_text("a\nb\n")
+
+    def refuse(*_a: object, **_k: object) -> None:
+        raise PermissionError("read-only file system")
+
+    monkeypatch.setattr(sourcefile.os, "replace", refuse)
+    cache = tmp_path / "files"
+    assert list(read_source_file(_src(p), cache) or [])[:2] == ["a", "b"]
+    assert not any(cache.glob("*.json"))
