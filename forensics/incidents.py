@@ -115,12 +115,13 @@ def _spans_of(lf: pl.LazyFrame, keys: Sequence[str]) -> pl.LazyFrame:
 
 
 def _profiles(store) -> list:  # noqa: ANN001 - list[profile.Profile]
-    """The profile of each listed source (its spans and ranks, cached per records file: no record is read)."""
+    """The profile of each listed source (its spans and ranks, cached per records file: no record is read;
+    the environment hits are left to the fingerprint of the hosts that need them)."""
     from . import profile
 
     out = []
     for sid in dict.fromkeys(e.source_id for e in store.sources()):
-        p = profile.of_source(store, sid)
+        p = profile.of_source(store, sid, env=False)
         if p is not None:
             out.append(p)
     return out

@@ -76,20 +76,23 @@ def _slices(records_file: Path) -> list[pl.LazyFrame]:
 
 
 def tables(records_file: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(groups, ranks) of a records file, a slice at a time (a streaming group-by over a whole journal's 70 k
-    units measured 330 MB; no message is read: about 0.15 s per million records)."""
-    gs, rs = [], []
+    """(groups, ranks) of a records file, a slice at a time, each slice's counts merged into the running ones
+    at once (a streaming group-by over a whole journal's 70 k units measured 330 MB, and holding every slice's
+    counts until the end 390 MB at 4 GiB; no message is read: about 0.15 s per million records)."""
+    groups = ranks = None
     for sl in _slices(records_file):
         g, r = pl.collect_all(_tables(sl))
-        gs.append(g)
-        rs.append(r)
-    groups = (pl.concat(gs).group_by(*GROUP_KEYS)
-              .agg(pl.col("first").min(), pl.col("last").max(), pl.col("records").sum(), pl.col("untimed").sum(),
-                   pl.col("first_line").min())
-              .sort("first_line", *GROUP_KEYS, nulls_last=True))
-    ranks = (pl.concat(rs).group_by(*RANK_KEYS, "_null").agg(pl.col("ts").min(), pl.col("first_line").min())
-             .sort("first_line", *RANK_KEYS, nulls_last=True))
-    return groups, ranks
+        groups = g if groups is None else _merge_groups(pl.concat([groups, g]))
+        ranks = r if ranks is None else pl.concat([ranks, r]).group_by(*RANK_KEYS, "_null").agg(
+            pl.col("ts").min(), pl.col("first_line").min())
+    assert groups is not None and ranks is not None  # _slices ends with an empty slice
+    return (_merge_groups(groups).sort("first_line", *GROUP_KEYS, nulls_last=True),
+            ranks.sort("first_line", *RANK_KEYS, nulls_last=True))
+
+
+def _merge_groups(groups: pl.DataFrame) -> pl.DataFrame:
+    return groups.group_by(*GROUP_KEYS).agg(pl.col("first").min(), pl.col("last").max(), pl.col("records").sum(),
+                                            pl.col("untimed").sum(), pl.col("first_line").min())
 
 
 def env_hits(records_file: Path) -> pl.DataFrame:
