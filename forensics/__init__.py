@@ -7,8 +7,8 @@ __version__ = "0.1.0"
 # polars allocates with jemalloc, which by default gives each of our threads (readers, parsers, sinks, polars'
 # pool) an arena of its own and keeps freed pages for 10 s. One shared arena, freed pages returned after 100 ms
 # by jemalloc's own background thread (off our threads' path) and no second "muzzy" stage: on the 1 GiB
-# benchmark corpus, peak RSS 426 -> 390 MiB at the same speed (decay 0 measured 340 MiB but 75% slower:
-# every free became a syscall). Read when polars loads, so only if nothing imported it first; a value the user
+# benchmark corpus, with the glibc cap below, peak RSS 410-420 -> 370-385 MiB at the same speed (decay 0
+# measured 340 MiB but 75% slower: every free became a syscall). Read when polars loads, so only if nothing imported it first; a value the user
 # set is kept.
 os.environ.setdefault("_RJEM_MALLOC_CONF", "narenas:1,dirty_decay_ms:100,muzzy_decay_ms:0,background_thread:true")
 

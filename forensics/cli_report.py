@@ -20,6 +20,7 @@ import click
 from forensics.render.sandbox import SECONDS as TEMPLATE_SECONDS
 from forensics.sourcefile import read_source_file
 
+
 def _rulepack_versions(store: Any) -> dict[str, str]:
     found = getattr(store, "rulepack_versions", None)
     if callable(found):
@@ -113,7 +114,7 @@ def report(ctx: click.Context, spec: str, fmt: str, output: Path | None, redact:
         redact=redact or redact_map is not None,
         redact_map=redact_map, generated_at=stamp, tool_version=__version__,
         rulepack_versions=_rulepack_versions(store),
-        source_reader=functools.partial(read_source_file, cache=store.path / "profiles" / "files"))
+        source_reader=functools.partial(read_source_file, cache=store.cache_dir / "files"))
     try:
         text = render_report(incidents, fmt, options)  # type: ignore[arg-type]
     except RedactionError as e:

@@ -20,8 +20,6 @@ from . import profile
 from .configreview import Hardware, Knowledge, normalize_sm
 from .correlate import EventView
 
-LITERALS = profile.ENV_LITERALS
-
 # (key, pattern, how to print the match); the first group is the value
 PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("kernel", re.compile(r"Linux version (\S+)"), "{}"),

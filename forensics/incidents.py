@@ -31,6 +31,7 @@ from typing import Any
 
 import polars as pl
 
+from . import profile
 from .configreview import Knowledge, enricher, load_knowledge, review_configs
 from .correlate import (
     KERNEL_KINDS,
@@ -117,8 +118,6 @@ def _spans_of(lf: pl.LazyFrame, keys: Sequence[str]) -> pl.LazyFrame:
 def _profiles(store) -> list:  # noqa: ANN001 - list[profile.Profile]
     """The profile of each listed source (its spans and ranks, cached per records file: no record is read;
     the environment hits are left to the fingerprint of the hosts that need them)."""
-    from . import profile
-
     out = []
     for sid in dict.fromkeys(e.source_id for e in store.sources()):
         p = profile.of_source(store, sid, env=False)

@@ -377,11 +377,10 @@ def _literal_tables(rules: RuleSet) -> pl.DataFrame:
     return pl.concat([_literal_table(rules, False), _literal_table(rules, True)])
 
 
-def _prefilter(recs: pl.DataFrame, rules: RuleSet, table: pl.DataFrame | None = None
-               ) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _prefilter(recs: pl.DataFrame, rules: RuleSet) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(candidate rows: those holding any literal; their (ROW, rule, context) pairs)."""
     cand = _candidate_rows(recs, rules)
-    return cand, _pairs(cand, rules, table)
+    return cand, _pairs(cand, rules)
 
 
 def _candidate_rows(recs: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import polars as pl
 
-from . import __version__
+from . import __version__, profile
 from .anchor import BootAnchor, FrameT, apply_anchor, boot_time_anchor, find_anchors
 from .detect import Detection, detect
 from .formats import FORMATS, StructuredFormat
@@ -260,7 +260,7 @@ class _Sink:
     def put(self, recs: pl.DataFrame) -> None:
         self.unparsed += _unparsed(recs, self.det)
         if self.matcher:
-            self._spill(self.matcher.add(recs.drop(*EXTRA)))
+            self._spill(self.matcher.add(recs))  # it reads only the record columns
         part = self.staging / f"part-{len(self.parts):05d}.arrow"
         recs.write_ipc(part, compression="uncompressed")  # staging only: the fastest to write and re-read
         self.parts.append(part)
@@ -289,8 +289,6 @@ def warm_profile(store: Store, sid: str) -> None:
     """Compute the landed source's profile (what the incident queries read instead of its records: its spans
     and ranks; the environment hits, which read every message, are left to the first query) now, while its
     records are in the page cache. Only a cache: a failure here is left to the first query to redo."""
-    from . import profile
-
     try:
         profile.of_source(store, sid, env=False)
     except (OSError, pl.exceptions.PolarsError):

@@ -17,6 +17,7 @@ keeping them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import uuid
@@ -27,7 +28,7 @@ import polars as pl
 
 from .schema import empty_records
 
-PROFILE_VERSION = 2
+PROFILE_VERSION = 1
 GROUP_KEYS = ("source_id", "path", "host", "ident", "unit", "format")
 RANK_KEYS = ("rank", "host", "source_id")
 HIT_COLUMNS = ("ts", "message", "path", "line", "host", "source_id")
@@ -104,82 +105,64 @@ def env_hits(records_file: Path) -> pl.DataFrame:
 _PARTS = ("groups", "ranks", "env_hits")
 
 
-def _names(records_file: Path) -> tuple[str, tuple[Path, ...]] | None:
-    """(the source id, the cache files of this records file): `<records name>~<size>~<mtime>~<tag>.<part>`."""
+def _names(records_file: Path, cache_dir: Path) -> tuple[Path, ...] | None:
+    """The cache files of this records file, `<records name>~<size>~<mtime>~<tag>.<part>.parquet` (None when
+    the file is gone)."""
     try:
         st = records_file.stat()
     except OSError:
         return None
-    stem = records_file.name.removesuffix(".parquet")
-    d = records_file.parent.parent / "profiles"
-    base = f"{stem}~{st.st_size}~{st.st_mtime_ns}~{_TAG}"
-    return stem.split(".")[0], tuple(d / f"{base}.{part}.parquet" for part in _PARTS)
+    base = f"{records_file.name.removesuffix('.parquet')}~{st.st_size}~{st.st_mtime_ns}~{_TAG}"
+    return tuple(cache_dir / f"{base}.{part}.parquet" for part in _PARTS)
 
 
-def _write(df: pl.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    df.write_parquet(tmp, compression="zstd", compression_level=1)
-    os.replace(tmp, path)
-
-
-def _drop_stale(profiles: Path, sid: str, keep: tuple[Path, ...]) -> None:
-    """The profiles of the source's other records files (generations replaced by a rewrite, or a plain
-    name used again after its source was removed): a reader of a replaced file computes its own again."""
-    for p in profiles.glob(f"{sid}*~*.parquet"):
-        if p not in keep and p.name.split("~")[0].split(".")[0] == sid:
-            try:
-                p.unlink()
-            except OSError:
-                pass
-
-
-def _cached(path: Path, make) -> pl.DataFrame:  # noqa: ANN001 - make: () -> DataFrame
+def _read(path: Path) -> pl.DataFrame | None:
     try:
         return pl.read_parquet(path)
     except (OSError, pl.exceptions.ComputeError):  # not cached yet
-        pass
-    df = make()
+        return None
+
+
+def _keep(df: pl.DataFrame, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         path.parent.mkdir(exist_ok=True)
-        _write(df, path)
+        df.write_parquet(tmp, compression="zstd", compression_level=1)
+        os.replace(tmp, path)
     except OSError:  # a read-only store: answer without keeping it
-        pass
-    return df
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
-def of_file(records_file: Path, env: bool = True) -> Profile:
-    """The profile of a records file: the cached tables, else computed (and cached when the store is
-    writable). `env=False`: without the environment hits (`env_hits` is then None), which read every message."""
-    named = _names(records_file)
-    if named is None:  # the file is gone: its profile is an empty one
-        return Profile(*_empty())
-    sid, (gp, rp, hp) = named
-    if not gp.exists():
-        _drop_stale(gp.parent, sid, (gp, rp, hp))
-    made: dict[str, pl.DataFrame] = {}
-
-    def make(i: int) -> pl.DataFrame:
-        if not made:
-            made["g"], made["r"] = tables(records_file)
-        return made["g" if i == 0 else "r"]
-
-    g = _cached(gp, lambda: make(0))
-    r = _cached(rp, lambda: make(1))
-    h = _cached(hp, lambda: env_hits(records_file)) if env else None
-    return Profile(groups=g, ranks=r, env_hits=h)
-
-
-def _empty() -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    lf = empty_records().lazy()
-    g, r = pl.collect_all(_tables(lf))
-    return g, r, _hits(lf)
+def _drop_stale(cache_dir: Path, sid: str, keep: tuple[Path, ...]) -> None:
+    """The profiles of the source's other records files (generations replaced by a rewrite, or a plain
+    name used again after its source was removed): a reader of a replaced file computes its own again."""
+    for p in cache_dir.glob(f"{sid}*~*.parquet"):
+        if p not in keep and p.name.split("~")[0].split(".")[0] == sid:
+            with contextlib.suppress(OSError):  # a read-only store keeps them
+                p.unlink(missing_ok=True)
 
 
 def of_source(store, sid: str, env: bool = True) -> Profile | None:  # noqa: ANN001 - store.Store
-    """The profile of a listed source (None when its records file is gone: a writer replaced it meanwhile)."""
-    f = store.records_file(sid)
-    if not f.exists():
-        f = store._listed_files("records", [sid], fresh=True)[0]
-        if not f.exists():
-            return None
-    return of_file(f, env)
+    """The profile of a listed source: the cached tables, else computed (and cached when the store is
+    writable); None when its records file is gone (a writer replaced it meanwhile). `env=False`: without the
+    environment hits (`env_hits` is then None), which read every message."""
+    records_file = store.records_file(sid)
+    paths = _names(records_file, store.cache_dir)
+    if paths is None:
+        return None
+    gp, rp, hp = paths
+    groups, ranks = _read(gp), _read(rp)
+    if groups is None or ranks is None:
+        if store.cache_dir.is_dir():
+            _drop_stale(store.cache_dir, sid, paths)
+        groups, ranks = tables(records_file)
+        _keep(groups, gp)
+        _keep(ranks, rp)
+    hits = None
+    if env:
+        hits = _read(hp)
+        if hits is None:
+            hits = env_hits(records_file)
+            _keep(hits, hp)
+    return Profile(groups=groups, ranks=ranks, env_hits=hits)

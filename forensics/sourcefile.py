@@ -61,9 +61,7 @@ class FileLines(Sequence[str]):
             return fh.read(b - a)
 
     def _find_back(self, end: int) -> int:
-        """The position after the last newline before `end` (0 when none)."""
-        if self.raw is not None:
-            return self.raw.rfind(b"\n", 0, end) + 1
+        """The position after the last newline before `end` (0 when none), searched a CHUNK at a time."""
         pos = end
         while pos > 0:
             a = max(0, pos - CHUNK)
@@ -75,9 +73,6 @@ class FileLines(Sequence[str]):
 
     def _find_fwd(self, start: int) -> int:
         """The position of the first newline at or after `start` (the size when none)."""
-        if self.raw is not None:
-            k = self.raw.find(b"\n", start)
-            return k if k >= 0 else self.size
         pos = start
         while pos < self.size:
             buf = self._bytes(pos, min(self.size, pos + CHUNK))

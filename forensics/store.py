@@ -5,6 +5,8 @@ Layout (plain enough for DuckDB or Spark to read as is):
                                       "superseded": {"records/<name>": unix time replaced, ...}}
     <store>/records/<source_id>[.<generation>].parquet   the entry's `records_name`
     <store>/events/<source_id>[.<generation>].parquet    the entry's `events_name`
+    <store>/profiles/                caches derived from the files above (forensics/profile.py, sourcefile.py):
+                                     never the truth, rebuilt when missing
     <store>/tmp/                     staging; never read
 A source lands atomically: its files are written under tmp/, renamed into place, and only then added to
 the manifest (replaced with os.replace, under a lock). Readers only read the files the manifest lists, so
@@ -105,6 +107,11 @@ class Store:
         """The path of a source's records or events file of the given name (its plain name when "")."""
         return self.path / kind / (name or plain_name(sid))
 
+    @property
+    def cache_dir(self) -> Path:
+        """Where caches derived from the store's files are kept (created by whoever writes one)."""
+        return self.path / "profiles"
+
     def records_file(self, sid: str) -> Path:
         """The records file the manifest lists for `sid`."""
         return self._listed_files("records", [sid])[0]
@@ -113,8 +120,15 @@ class Store:
         """The events file the manifest lists for `sid`."""
         return self._listed_files("events", [sid])[0]
 
-    def _listed_files(self, kind: Kind, ids: list[str], fresh: bool = False) -> list[Path]:
-        sources = self._cached_sources(fresh)
+    def _listed_files(self, kind: Kind, ids: list[str]) -> list[Path]:
+        """The files the manifest lists for these sources; read again when one is gone (a writer switched the
+        manifest to new files meanwhile)."""
+        files = self._named(kind, ids, self._cached_sources())
+        if not all(f.exists() for f in files):
+            files = self._named(kind, ids, self._cached_sources(fresh=True))
+        return files
+
+    def _named(self, kind: Kind, ids: list[str], sources: dict) -> list[Path]:
         return [self.file(kind, sid, (sources.get(sid) or {}).get(f"{kind}_name", "")) for sid in ids]
 
     def _cached_sources(self, fresh: bool = False) -> dict:
@@ -269,10 +283,7 @@ class Store:
     # -- reading
     def _scan(self, kind: Kind, source_ids: list[str] | None, empty: pl.DataFrame) -> pl.LazyFrame:
         ids = source_ids if source_ids is not None else [e.source_id for e in self.sources()]
-        files = self._listed_files(kind, ids)
-        if not all(f.exists() for f in files):  # a writer switched the manifest to new files meanwhile
-            files = self._listed_files(kind, ids, fresh=True)
-        files = [f for f in files if f.exists()]
+        files = [f for f in self._listed_files(kind, ids) if f.exists()]
         if not files:
             return empty.lazy()
         return pl.scan_parquet([str(f) for f in files])

@@ -103,7 +103,7 @@ def test_a_read_only_store_still_answers(samples_store: Store, monkeypatch: pyte
     def refuse(*_a: object) -> None:
         raise PermissionError("read-only file system")
 
-    monkeypatch.setattr(profile, "_write", refuse)
+    monkeypatch.setattr(profile.os, "replace", refuse)
     sid = copy.sources()[0].source_id
     got = profile.of_source(copy, sid)
     assert got.groups.equals(profile.of_source(samples_store, sid).groups)
