@@ -70,6 +70,9 @@ class IngestReport:
 
 Progress = Callable[[int], None]
 WORKERS = int(os.environ.get("FORENSICS_WORKERS", "0")) or min(2, os.cpu_count() or 1)  # sources ingested at once
+# One source at a time writes its store files or profiles itself: these end phases read or write a whole
+# source and cost the most memory of its ingest (at 4 GiB, two overlapping ones went past 400 MiB together)
+LANDING = threading.Lock()
 BATCH_BYTES = 4 << 20  # bytes of input per batch: bounds memory (records, matching, parts) whatever the size
 
 
@@ -356,7 +359,8 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
         store.commit(entry, staging / "records.parquet", staging / "events.parquet", replace_ids)
     finally:
         store.cleanup(staging)
-    warm_profile(store, entry.source_id)
+    with LANDING:
+        warm_profile(store, entry.source_id)
     warnings = [f"{src.display}:{n.removeprefix('line ')}" for n in entry.notes if n.startswith("line ")]
     if lost:  # the lines before a fault of the stream landed; the source still failed
         return SourceResult(src.display, "failed", entry, error=lost, warnings=warnings, timeouts=budget.timeouts())
@@ -423,31 +427,32 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
     if clock.wants_host_anchor():
         clock.anchors = dated() if dated else host_anchors(store)
     exprs, how = clock.finish()
-    fix = [*exprs, pl.lit(sid).alias("source_id"), pl.col("boot_id").str.replace(tmp_id, sid, literal=True)]
-    anchor = None
-    if opts.boot_time is not None and clock.kinds.get(TimeSource.MONOTONIC_ONLY.value):
-        anchor = boot_time_anchor([f"dmesg:{sid}#{clock.boot_n}"], opts.boot_time, opts.host)
+    with LANDING:  # the end phase: the parts fixed into the records file, the events, the entry
+        fix = [*exprs, pl.lit(sid).alias("source_id"), pl.col("boot_id").str.replace(tmp_id, sid, literal=True)]
+        anchor = None
+        if opts.boot_time is not None and clock.kinds.get(TimeSource.MONOTONIC_ONLY.value):
+            anchor = boot_time_anchor([f"dmesg:{sid}#{clock.boot_n}"], opts.boot_time, opts.host)
 
-    records_file = staging / "records.parquet"
-    if parts:  # the parts, fixed, streamed into one Parquet file (polars' streaming sink: bounded memory)
-        fixed = pl.scan_ipc([str(p) for p in parts]).with_columns(fix).drop(*EXTRA)
-        sink_parquet(apply_anchor(fixed, anchor, opts.host) if anchor else fixed, records_file, RECORD_SCHEMA)
-    else:
-        write_parquet(empty_records(), records_file, RECORD_SCHEMA)
-    for p in parts:
-        p.unlink()
-    events_file = staging / "events.parquet"
-    if events:  # streamed: all of a source's events are never in memory at once
-        spilled = pl.scan_parquet([str(p) for p in events]).with_columns(pl.lit(sid).alias("source_id"))
-        sink_parquet(retime_events(spilled, records_file), events_file, EVENT_SCHEMA)
-    else:
-        write_parquet(empty_events(), events_file, EVENT_SCHEMA)
-    n_events = pl.scan_parquet(events_file).select(pl.len()).collect().item()
-    entry = _entry(src, det, sid, sha, fp, stats, records_file, n_events, how, bool(clock.rev), unparsed,
-                   clock.host_counts)
-    if lost:
-        entry = replace(entry, notes=[*entry.notes, "truncated: " + lost.removeprefix(f"{src.display}: ")])
-    return entry, lost
+        records_file = staging / "records.parquet"
+        if parts:  # the parts, fixed, streamed into one Parquet file (polars' streaming sink: bounded memory)
+            fixed = pl.scan_ipc([str(p) for p in parts]).with_columns(fix).drop(*EXTRA)
+            sink_parquet(apply_anchor(fixed, anchor, opts.host) if anchor else fixed, records_file, RECORD_SCHEMA)
+        else:
+            write_parquet(empty_records(), records_file, RECORD_SCHEMA)
+        for p in parts:
+            p.unlink()
+        events_file = staging / "events.parquet"
+        if events:  # streamed: all of a source's events are never in memory at once
+            spilled = pl.scan_parquet([str(p) for p in events]).with_columns(pl.lit(sid).alias("source_id"))
+            sink_parquet(retime_events(spilled, records_file), events_file, EVENT_SCHEMA)
+        else:
+            write_parquet(empty_events(), events_file, EVENT_SCHEMA)
+        n_events = pl.scan_parquet(events_file).select(pl.len()).collect().item()
+        entry = _entry(src, det, sid, sha, fp, stats, records_file, n_events, how, bool(clock.rev), unparsed,
+                       clock.host_counts)
+        if lost:
+            entry = replace(entry, notes=[*entry.notes, "truncated: " + lost.removeprefix(f"{src.display}: ")])
+        return entry, lost
 
 
 def retime_events(events: FrameT, records_file: Path) -> FrameT:

@@ -211,3 +211,46 @@ def test_rescan_does_not_undo_a_concurrent_anchoring(tmp_path: Path, monkeypatch
     assert entry.first_ts is not None and entry.ts_sources.get("boot_anchored"), entry
     events = store.events([entry.source_id]).collect()
     assert events["ts"].drop_nulls().len() == events.height, "events of anchored records without times"
+
+
+def test_end_phases_of_sources_never_overlap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sources stream on two workers, but one at a time writes its store files or profiles itself (the end
+    phases read or write a whole source: two at once doubled the peak memory of a 4 GiB ingest)."""
+    files = []
+    for k in range(4):
+        p = tmp_path / f"s{k}.log"
+        p.write_text(journal_lines(2000 + 300 * k, f"s{k}", host=f"node-{k}", oom_every=500))
+        files.append(str(p))
+    active, most = [0], [0]
+    lock = threading.Lock()
+
+    def counted(f):
+        def run(*a, **k):
+            with lock:
+                active[0] += 1
+                most[0] = max(most[0], active[0])
+            try:
+                time.sleep(0.05)  # room for another worker to come in, were it let in
+                return f(*a, **k)
+            finally:
+                with lock:
+                    active[0] -= 1
+        return run
+
+    monkeypatch.setattr(pipeline, "WORKERS", 2)
+    monkeypatch.setattr(pipeline, "sink_parquet", counted(pipeline.sink_parquet))
+    monkeypatch.setattr(pipeline, "warm_profile", counted(pipeline.warm_profile))
+    streams = []
+    real_read = pipeline.read_batches
+
+    def reading(*a, **k):  # the streams themselves do run at once
+        streams.append(threading.get_ident())
+        yield from real_read(*a, **k)
+
+    monkeypatch.setattr(pipeline, "read_batches", reading)
+    store = Store(tmp_path / "store")
+    report = ingest(store, files, IngestOptions())
+    assert [r.status for r in report.results] == ["ingested"] * 4
+    assert most[0] == 1
+    assert len(set(streams)) == 2
+    assert sum(e.records for e in store.sources()) == sum(2000 + 300 * k for k in range(4))
