@@ -16,6 +16,8 @@ NEW_RECORD = (r"^(\[\d{4}-\d{2}-\d{2} |\[rank\d+\]:|\[?[IWEF]\d{4} \d|INFO:|WARN
               r"Traceback \(most recent call last\):|Exception raised from )")
 BLOCK_START = r"Traceback \(most recent call last\):|^Exception raised from "
 BLOCK_LITERALS = ["Traceback (most recent call last):", "Exception raised from "]
+# one cached regex (`str.contains_any` builds its automaton again on every batch)
+_BLOCK_RX = "|".join(pl.escape_regex(x) for x in BLOCK_LITERALS)
 KEY = ["host", "ident", "pid"]
 
 
@@ -35,7 +37,7 @@ def normalise_batch(recs: pl.DataFrame) -> pl.DataFrame:
     recs = _fill(recs, "rank", msg.str.starts_with("[").fill_null(False) & pl.col("rank").is_null(),
                  msg.str.extract(SGLANG_IN_MSG, 2).str.strip_chars().replace("", None))
     journal = pl.col("format").is_in(list(JOURNAL_TEXT)) & pl.col("pid").is_not_null()
-    starts = recs.filter(journal & msg.str.contains_any(BLOCK_LITERALS))
+    starts = recs.filter(journal & msg.str.contains(_BLOCK_RX))
     if starts.height:
         recs = _merge_journal_blocks(recs, starts.select(KEY).unique())
     return recs

@@ -15,12 +15,16 @@ and how many were never searched.
 Searches well under `REGEX_FREE` (every sane pattern) are never charged, so a big source with many candidate
 lines never runs out of budget. The charge is the search's CPU time on its thread, not the wall clock: a
 pause of the machine or a wait for the GIL held by another worker is not the pattern's cost, and must not
-use up the budget of a sane rule on a busy host. Only the `regex` engine needs this: polars' engine runs in
+use up the budget of a sane rule on a busy host. Nor is a run of Python's cycle collector, which can start in
+any search (when the match object is made) and take milliseconds on a big heap: its time on the thread is
+subtracted (`gc.callbacks`). Only the `regex` engine needs this: polars' engine runs in
 linear time.
 """
 
 from __future__ import annotations
 
+import gc
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -83,6 +87,25 @@ class _Tally:
     skipped_lines: list[int] = field(default_factory=list)  # of the messages not searched
 
 
+_GC = threading.local()
+
+
+def _gc_clock(phase: str, _info: dict) -> None:
+    """Adds up, per thread, the CPU time the cycle collector takes on it."""
+    now = time.thread_time()
+    if phase == "start":
+        _GC.start = now
+    else:
+        _GC.spent = getattr(_GC, "spent", 0.0) + now - getattr(_GC, "start", now)
+
+
+def _gc_spent() -> float:
+    return getattr(_GC, "spent", 0.0)
+
+
+gc.callbacks.append(_gc_clock)
+
+
 class RegexBudget:
     """The time `engine: regex` rules may spend, per rule and source path; see the module docstring."""
 
@@ -118,7 +141,7 @@ class RegexBudget:
         if left <= 0:
             self.skip(rule, path, [line])
             return None
-        t0 = time.thread_time()
+        t0, g0 = time.thread_time(), _gc_spent()
         try:
             return rx.search(message, timeout=min(self.timeout, left + self.free))
         except TimeoutError:
@@ -128,7 +151,7 @@ class RegexBudget:
                 t.lines.append(line)
             return None
         finally:
-            cost = time.thread_time() - t0 - self.free
+            cost = time.thread_time() - t0 - (_gc_spent() - g0) - self.free
             if cost > 0:
                 self._of(rule, path).charged += cost
 

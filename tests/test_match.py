@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -260,6 +261,30 @@ def test_sane_regex_rules_are_never_charged(rules: RuleSet) -> None:
     budget = RegexBudget(budget=0.0001)
     ev = match_records(records(msgs), rules, budget=budget)
     assert ev.filter(pl.col("kind") == "cuda_oom").height == 2000 and budget.timeouts() == ()
+
+
+def test_a_collection_inside_a_search_is_not_charged(rules: RuleSet) -> None:
+    """Python's cycle collector can start inside any search (when its match object is made) and take
+    milliseconds on a big heap: that time is not the rule's, and a sane rule is never charged for it."""
+    import gc
+
+    from forensics.regexbudget import RegexBudget
+
+    heap = [[i] for i in range(300_000)]  # a full collection walks all of it: well over REGEX_FREE
+
+    class Collecting:
+        def search(self, message: str, timeout: float) -> None:
+            t = time.thread_time()
+            gc.collect()
+            took.append(time.thread_time() - t)
+
+    took: list[float] = []
+    rule = next(r for r in rules.rules if r.id == "cuda.error")
+    budget = RegexBudget(budget=0.0001)
+    for line in range(1, 4):
+        budget.search(rule, Collecting(), "CUDA error: x", "t.log", line)
+    assert min(took) > budget.free and heap  # the collections did cost more than a search is allowed
+    assert budget.timeouts() == () and not budget.spent(rule, "t.log")
 
 
 def test_explain_and_examples_name_a_rule_that_timed_out(backtrack_rules: RuleSet, tmp_path: Path) -> None:
