@@ -421,13 +421,13 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
             pending.pop().result()
     finally:
         behind.shutdown(wait=True, cancel_futures=True)
-    parts, events, unparsed = sink.close()
     sha = stats.sha.hexdigest() if (stats.sha and src.compression is None) else raw_sha256(src)
     sid = sha[:16]
     if clock.wants_host_anchor():
         clock.anchors = dated() if dated else host_anchors(store)
     exprs, how = clock.finish()
-    with LANDING:  # the end phase: the parts fixed into the records file, the events, the entry
+    with LANDING:  # the end phase: the last candidates matched, the parts fixed into the records file, the events
+        parts, events, unparsed = sink.close()
         fix = [*exprs, pl.lit(sid).alias("source_id"), pl.col("boot_id").str.replace(tmp_id, sid, literal=True)]
         anchor = None
         if opts.boot_time is not None and clock.kinds.get(TimeSource.MONOTONIC_ONLY.value):

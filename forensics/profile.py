@@ -51,14 +51,35 @@ class Profile:
 SLICE_ROWS = 500_000   # records profiled at a time, when read back from a records file
 
 
-def _tables(records: pl.LazyFrame) -> list[pl.LazyFrame]:
-    """The groups and ranks of one slice of a source's records (`line` orders them: records are in file order)."""
-    lf = records.select(*GROUP_KEYS, "rank", "ts", "line")
-    groups = lf.group_by(*GROUP_KEYS).agg(
+PER_FILE = ("source_id", "path")  # one value on every record of a records file, as ingest writes them
+
+
+def _per_file(records: pl.LazyFrame) -> dict[str, str]:
+    """The PER_FILE columns whose value is the same on every record of the file, with it. Checked against the
+    row groups' statistics (milliseconds: no row group needs reading); a column that varies (or is null) is
+    grouped on like any other key."""
+    head = records.select(PER_FILE).head(1).collect()
+    if head.height == 0:
+        return {}
+    same = {}
+    for col, v in head.row(0, named=True).items():
+        if v is not None and records.filter((pl.col(col) != v) | pl.col(col).is_null()).select(pl.len()).collect().item() == 0:
+            same[col] = v
+    return same
+
+
+def _tables(records: pl.LazyFrame, same: dict[str, str]) -> list[pl.LazyFrame]:
+    """The groups and ranks of one slice of a source's records (`line` orders them: records are in file order),
+    without the columns in `same`: they are not read, only put back at the end (a 4 GiB journal's profile:
+    455 -> 400 MB, 2.8 -> 2.1 s)."""
+    keys = [k for k in GROUP_KEYS if k not in same]
+    rank_keys = [k for k in RANK_KEYS if k not in same]
+    lf = records.select(*dict.fromkeys([*keys, *rank_keys, "ts", "line"]))
+    groups = lf.group_by(*keys).agg(
         pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"), pl.len().cast(pl.UInt32).alias("records"),
         pl.col("ts").is_null().sum().cast(pl.UInt32).alias("untimed"), pl.col("line").min().alias("first_line"))
     ranks = (lf.filter(pl.col("rank").is_not_null())
-             .group_by(*RANK_KEYS, pl.col("ts").is_null().alias("_null"))
+             .group_by(*rank_keys, pl.col("ts").is_null().alias("_null"))
              .agg(pl.col("ts").min(), pl.col("line").min().alias("first_line")))
     return [groups, ranks]
 
@@ -83,16 +104,23 @@ def tables(records_file: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     groups: pl.DataFrame | None = None
     pending: list[pl.DataFrame] = []
     ranks: pl.DataFrame | None = None
+    same = _per_file(pl.scan_parquet(str(records_file)))
+    keys = [k for k in GROUP_KEYS if k not in same]
+    rank_keys = [k for k in RANK_KEYS if k not in same]
     for sl in _slices(records_file):
-        g, r = pl.collect_all(_tables(sl))
+        g, r = pl.collect_all(_tables(sl, same))
         pending.append(_copied(g))
         if groups is None or sum(p.height for p in pending) >= groups.height:
-            groups = _merge_groups(pl.concat([*([groups] if groups is not None else []), *pending]))
+            groups = _merge_groups(pl.concat([*([groups] if groups is not None else []), *pending]), keys)
             pending = []
-        ranks = r if ranks is None else pl.concat([ranks, r]).group_by(*RANK_KEYS, "_null").agg(
+        ranks = r if ranks is None else pl.concat([ranks, r]).group_by(*rank_keys, "_null").agg(
             pl.col("ts").min(), pl.col("first_line").min())
     assert groups is not None and ranks is not None  # _slices ends with an empty slice
-    return (_merge_groups(pl.concat([groups, *pending])).sort("first_line", *GROUP_KEYS, nulls_last=True),
+    back = [pl.lit(v, dtype=pl.String).alias(k) for k, v in same.items()]
+    groups = (_merge_groups(pl.concat([groups, *pending]), keys).with_columns(back)
+              .select(*GROUP_KEYS, "first", "last", "records", "untimed", "first_line"))
+    ranks = ranks.with_columns(back).select(*RANK_KEYS, "_null", "ts", "first_line")
+    return (groups.sort("first_line", *GROUP_KEYS, nulls_last=True),
             ranks.sort("first_line", *RANK_KEYS, nulls_last=True))
 
 
@@ -102,9 +130,9 @@ def _copied(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(pl.col(c) + pl.lit("") for c, t in df.schema.items() if t == pl.String)
 
 
-def _merge_groups(groups: pl.DataFrame) -> pl.DataFrame:
-    return groups.group_by(*GROUP_KEYS).agg(pl.col("first").min(), pl.col("last").max(), pl.col("records").sum(),
-                                            pl.col("untimed").sum(), pl.col("first_line").min())
+def _merge_groups(groups: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    return groups.group_by(*keys).agg(pl.col("first").min(), pl.col("last").max(), pl.col("records").sum(),
+                                      pl.col("untimed").sum(), pl.col("first_line").min())
 
 
 def env_hits(records_file: Path) -> pl.DataFrame:

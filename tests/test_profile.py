@@ -117,3 +117,35 @@ def test_incidents_are_the_same_without_the_cached_profiles(samples_store: Store
     day = "2025-05-25"
     want = resolve_incidents(samples_store, day)
     assert want and resolve_incidents(copy, day) == want
+
+
+@pytest.mark.parametrize("vary", ["path", "source_id", "null path", "none"])
+def test_profile_of_a_file_whose_per_file_columns_vary(tmp_path: Path, vary: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`source_id` and `path` are one value per records file as ingest writes them, so the profile reads
+    neither; a file where one varies (or is null) is still profiled exactly: that column is grouped on."""
+    monkeypatch.setattr(profile, "SLICE_ROWS", 5)
+    n = 23
+    df = pl.DataFrame({
+        "source_id": ["s1"] * n, "path": ["a.log"] * n, "host": ["h1", "h2"] * 11 + ["h1"],
+        "ident": ["kernel"] * n, "unit": [None, "x.service", "y.service"] * 7 + [None, None],
+        "format": ["journal-short"] * n, "rank": [None, "TP0", None] * 7 + ["TP1", None],
+        "ts": pl.datetime_range(pl.datetime(2025, 5, 25), pl.datetime(2025, 5, 25, 0, 0, n - 1), "1s", eager=True,
+                                time_zone="UTC"),
+        "line": range(1, n + 1)})
+    if vary == "path":
+        df = df.with_columns(pl.when(pl.col("line") > 17).then(pl.lit("b.log")).otherwise("path").alias("path"))
+    elif vary == "source_id":
+        df = df.with_columns(pl.when(pl.col("line") == 3).then(pl.lit("s2")).otherwise("source_id").alias("source_id"))
+    elif vary == "null path":
+        df = df.with_columns(pl.when(pl.col("line") == 20).then(None).otherwise("path").alias("path"))
+    f = tmp_path / "r.parquet"
+    df.write_parquet(f, row_group_size=4, statistics=True)
+    assert set(profile._per_file(pl.scan_parquet(f))) == {"source_id", "path"} - {vary.removeprefix("null ")}
+    groups, ranks = profile.tables(f)
+    assert groups.equals(_scan_groups(pl.scan_parquet(f)))
+    want = (pl.scan_parquet(f).filter(pl.col("rank").is_not_null())
+            .group_by(*profile.RANK_KEYS, pl.col("ts").is_null().alias("_null"))
+            .agg(pl.col("ts").min(), pl.col("line").min().alias("first_line"))
+            .sort("first_line", *profile.RANK_KEYS, nulls_last=True).collect())
+    assert ranks.equals(want)
