@@ -63,7 +63,8 @@ def _per_file(records: pl.LazyFrame) -> dict[str, str]:
         return {}
     same = {}
     for col, v in head.row(0, named=True).items():
-        if v is not None and records.filter((pl.col(col) != v) | pl.col(col).is_null()).select(pl.len()).collect().item() == 0:
+        other = records.filter((pl.col(col) != v) | pl.col(col).is_null()).select(pl.len())
+        if v is not None and other.collect().item() == 0:
             same[col] = v
     return same
 
@@ -71,7 +72,7 @@ def _per_file(records: pl.LazyFrame) -> dict[str, str]:
 def _tables(records: pl.LazyFrame, same: dict[str, str]) -> list[pl.LazyFrame]:
     """The groups and ranks of one slice of a source's records (`line` orders them: records are in file order),
     without the columns in `same`: they are not read, only put back at the end (a 4 GiB journal's profile:
-    455 -> 400 MB, 2.8 -> 2.1 s)."""
+    455 -> 370-410 MB peak RSS, 2.8 -> 2.3 s)."""
     keys = [k for k in GROUP_KEYS if k not in same]
     rank_keys = [k for k in RANK_KEYS if k not in same]
     lf = records.select(*dict.fromkeys([*keys, *rank_keys, "ts", "line"]))
