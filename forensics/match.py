@@ -43,7 +43,7 @@ from .rulepacks import (
     wrap,
 )
 from .regexbudget import REGEX_TIMEOUT, RegexBudget
-from .schema import EVENT_SCHEMA, RECORD_SCHEMA, empty_events
+from .schema import EVENT_SCHEMA, RECORD_SCHEMA, detached, empty_events
 
 ROW = "__row"
 _REC_COLS = ("ts", "ts_source", "host", "ident", "pid", "unit", "rank", "message", "source_id", "path", "line",
@@ -379,7 +379,7 @@ def _literal_tables(rules: RuleSet) -> pl.DataFrame:
 
 def _prefilter(recs: pl.DataFrame, rules: RuleSet) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(candidate rows: those holding any literal; their (ROW, rule, context) pairs)."""
-    cand = _candidate_rows(recs, rules)
+    cand = _candidate_rows(recs, _prefilter_expr(rules))
     return cand, _pairs(cand, rules)
 
 
@@ -400,13 +400,16 @@ def _any_literal(literals: Sequence[str], ignore_case: bool) -> pl.Expr:
 _MAX_ALTERNATION = 1_000
 
 
-def _candidate_rows(recs: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
-    """The rows whose message holds a literal of some rule: one pass over every message for each of the
-    case-sensitive and the case-insensitive literals."""
+def _prefilter_expr(rules: RuleSet) -> pl.Expr | None:
+    """True where a message holds a literal of some rule (None: no rule has one): one pass over every message
+    for each of the case-sensitive and the case-insensitive literals."""
     conds = [_any_literal(lits, ic) for ic in (False, True) if (lits := rules.literals(ic))]
-    if not conds:
-        return recs.clear()
-    return recs.filter(pl.any_horizontal(conds) if len(conds) > 1 else conds[0])
+    return (pl.any_horizontal(conds) if len(conds) > 1 else conds[0]) if conds else None
+
+
+def _candidate_rows(recs: pl.DataFrame, cond: pl.Expr | None) -> pl.DataFrame:
+    """The rows `cond` (a `_prefilter_expr`) passes."""
+    return recs.clear() if cond is None else recs.filter(cond)
 
 
 def _pairs(cand: pl.DataFrame, rules: RuleSet, table: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -749,17 +752,15 @@ class Matcher:
         self._cand: list[pl.DataFrame] = []
         self._rows = self._kept = self._bytes = 0   # records seen, candidates kept, their message bytes
         self._table = _literal_tables(rules)
+        self._cond = _prefilter_expr(rules)
 
     def add(self, records: pl.DataFrame) -> pl.DataFrame:
         """Take a batch; returns the events of a flush when enough candidates have gathered, else none."""
         if records.height == 0 or not self.rules.rules:
             return empty_events()
-        cand = _candidate_rows(_frame(records, self._rows), self.rules)
+        cand = _candidate_rows(_frame(records, self._rows), self._cond)
         if cand.height:
-            # a filtered string column keeps the whole batch's buffers alive: copy the kept strings out
-            strings = [pl.concat_str([pl.col(c), pl.lit("")]).alias(c) for c, t in cand.schema.items()
-                       if t == pl.String]
-            cand = cand.with_columns(strings)
+            cand = detached(cand)  # the kept rows would otherwise keep the whole batch's text alive
             self._cand.append(cand)
             self._kept += cand.height
             self._bytes += int(cand.get_column("message").str.len_bytes().sum() or 0)

@@ -87,3 +87,9 @@ def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
         else:
             cols.append(pl.lit(None, dtype=dtype).alias(name))
     return df.select(cols)
+
+
+def detached(df: pl.DataFrame) -> pl.DataFrame:
+    """`df` with its strings copied out: the rows a filter or a group-by keeps would otherwise keep the text
+    buffers of the whole frame they came from alive."""
+    return df.with_columns(pl.col(c) + pl.lit("") for c, t in df.schema.items() if t == pl.String)
