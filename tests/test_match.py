@@ -287,6 +287,23 @@ def test_a_collection_inside_a_search_is_not_charged(rules: RuleSet) -> None:
     assert budget.timeouts() == () and not budget.spent(rule, "t.log")
 
 
+def test_a_nearly_spent_budget_does_not_shorten_the_timeout(rules: RuleSet) -> None:
+    """The timeout runs on the wall clock: were it cut to what is left of the (CPU) budget, a sane search that
+    the machine paused for a millisecond would time out, and its match be lost."""
+    from forensics.regexbudget import RegexBudget
+
+    asked: list[float] = []
+
+    class Recording:
+        def search(self, message: str, timeout: float) -> None:
+            asked.append(timeout)
+
+    rule = next(r for r in rules.rules if r.id == "cuda.error")
+    budget = RegexBudget(budget=0.0001, timeout=0.25)
+    budget.search(rule, Recording(), "CUDA error: x", "t.log", 1)
+    assert asked == [0.25]
+
+
 def test_explain_and_examples_name_a_rule_that_timed_out(backtrack_rules: RuleSet, tmp_path: Path) -> None:
     from forensics.parse import parse_text
 
