@@ -498,17 +498,24 @@ def _at(cand: pl.DataFrame, rows: pl.Series) -> pl.DataFrame:
 
 
 def _rule_matches(rule: Rule, key_rows: pl.Series | None, cand: pl.DataFrame,
-                  budget: RegexBudget) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(candidate records of the rule that pass applies/exclude, their matches)."""
+                  budget: RegexBudget, narrow: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(candidate records of the rule that pass applies/exclude, their matches). `narrow`: those records with
+    only the columns a vectorised rule reads (`_NARROW`), not every column of the candidates."""
     if key_rows is None or key_rows.len() == 0:
         return cand.clear(), pl.DataFrame()
-    sub = _at(cand, key_rows)
+    sub = _at(cand.select(_NARROW) if narrow else cand, key_rows)
     ap = applies_expr(rule)
     if ap is not None:
         sub = sub.filter(ap)
     if rule.exclude:
         sub = sub.filter(~pl.col("message").str.contains(rule.exclude).fill_null(False))
     return sub, _extract(sub, rule.pattern, rule.engine, rule.groups, budget, rule)
+
+
+# what a vectorised rule reads of its candidates: the message, what `applies` tests, what titles and the event's
+# unit and pid take; the rest of an event's columns are gathered once for all of them (`_with_records`)
+_NARROW = (ROW, "message", "format", "ident", "unit", "rank", "host", "pid")
+_EVENT_RECORD_COLS = ("ts", "ts_source", "host", "message", "source_id", "path", "line", "line_end", "format")
 
 
 def _context_fields(rule: Rule, anchors: pl.DataFrame, cand: pl.DataFrame, keys: dict[_Key, pl.Series],
@@ -657,11 +664,13 @@ def _title_expr(template: str, fields: Sequence[str]) -> pl.Expr:
     return pl.concat_str(parts) if parts else pl.lit("")
 
 
-def _events_vectorised(rule: Rule, hits: pl.DataFrame, cand: pl.DataFrame) -> pl.DataFrame:
+def _events_vectorised(rule: Rule, hits: pl.DataFrame, sub: pl.DataFrame) -> pl.DataFrame:
+    """The rule's events without their record columns: ROW, kind, rule, severity, role, unit, pid, title and
+    fields (`_with_records` adds the rest, for the events of every vectorised rule at once)."""
     names = sorted(g for g in rule.groups if not g.startswith("_"))
     casts = dict(rule.casts)
     df = hits.select(ROW, *[_cast_expr(n, casts.get(n)).alias(f"__f_{n}") for n in names])
-    df = df.hstack(_at(cand, df.get_column(ROW)).drop(ROW))
+    df = df.hstack(_at(sub.select(ROW, "unit", "pid", "host", "rank"), df.get_column(ROW)).drop(ROW))
     frags = [pl.when(pl.col(f"__f_{n}").is_not_null()).then(
         pl.struct(pl.col(f"__f_{n}").alias(n)).struct.json_encode().str.slice(1).str.strip_suffix("}"))
         for n in names]
@@ -674,12 +683,17 @@ def _events_vectorised(rule: Rule, hits: pl.DataFrame, cand: pl.DataFrame) -> pl
                          pl.col("rank").alias("__e_rank"), pl.lit(rule.id).alias("__e_rule"),
                          pl.lit(rule.kind).alias("__e_kind"))
     return df.select(
-        "ts", "ts_source", pl.lit(rule.kind).alias("kind"), pl.lit(rule.id).alias("rule"),
-        pl.lit(rule.severity.value).alias("severity"), pl.lit(rule.role.value).alias("role"), "host",
-        pl.col("__e_unit").alias("unit"), pl.col("__e_pid").alias("pid"),
-        _title_expr(rule.title, names).alias("title"), fields.alias("fields"), "message", "source_id", "path",
-        "line", "line_end", "format",
-    ).cast(EVENT_SCHEMA)
+        ROW, pl.lit(rule.kind).alias("kind"), pl.lit(rule.id).alias("rule"),
+        pl.lit(rule.severity.value).alias("severity"), pl.lit(rule.role.value).alias("role"),
+        pl.col("__e_unit").cast(pl.String).alias("unit"), pl.col("__e_pid").cast(pl.Int64).alias("pid"),
+        _title_expr(rule.title, names).alias("title"), fields.alias("fields"))
+
+
+def _with_records(partial: list[pl.DataFrame], cand: pl.DataFrame) -> pl.DataFrame:
+    """`_events_vectorised` outputs -> events (EVENT_SCHEMA): the record columns gathered once for all."""
+    df = pl.concat(partial)
+    df = df.hstack(_at(cand.select(ROW, *_EVENT_RECORD_COLS), df.get_column(ROW)).drop(ROW))
+    return df.select(*EVENT_SCHEMA).cast(EVENT_SCHEMA)
 
 
 # -- the general path: context lookups, derived fields, lookups and rich casts in Python (few events)
@@ -785,12 +799,14 @@ def _apply_rules(cand: pl.DataFrame, pairs: pl.DataFrame, rules: RuleSet, budget
         return empty_events()
     keys = _keys(pairs)
     parts: list[pl.DataFrame] = []
+    partial: list[pl.DataFrame] = []   # vectorised rules' events, their record columns still to add
     for i, rule in enumerate(rules.rules):
-        sub, hits = _rule_matches(rule, keys.get(_Key(i)), cand, budget)
+        vector = vectorise and vectorisable(rule)
+        sub, hits = _rule_matches(rule, keys.get(_Key(i)), cand, budget, narrow=vector)
         if hits.height == 0:
             continue
-        if vectorise and vectorisable(rule):
-            parts.append(_events_vectorised(rule, hits, cand))
+        if vector:
+            partial.append(_events_vectorised(rule, hits, sub))
             continue
         anchors = sub.filter(pl.col(ROW).is_in(hits[ROW].implode()))
         where = dict(zip(anchors[ROW].to_list(), zip(anchors["line"].to_list(), anchors["line_end"].to_list())))
@@ -802,6 +818,8 @@ def _apply_rules(cand: pl.DataFrame, pairs: pl.DataFrame, rules: RuleSet, budget
         if rule.context:
             _context_fields(rule, anchors, cand, keys, i, found)
         parts.append(_events_python(rule, found, cand, rules))
+    if partial:
+        parts.append(_with_records(partial, cand))
     if not parts:
         return empty_events()
     return pl.concat(parts).sort(["path", "line", "rule"], nulls_last=True, maintain_order=True)

@@ -65,9 +65,10 @@ from typing import Any
 import regex
 import yaml
 
+from .literals import MIN_LITERAL, derive_literals
+
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "rules"
 ENV_VAR = "FORENSICS_RULES"
-MIN_LITERAL = 4          # shortest literal derived from a pattern that is worth prefiltering on
 
 
 class Severity(str, Enum):
@@ -440,96 +441,6 @@ def polars_compiles(pattern: str) -> str | None:
         return None
     except Exception as e:  # noqa: BLE001 - polars raises ComputeError / PanicException variants
         return str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-
-
-def _sre_source(pattern: str) -> str:
-    """Rust/`regex` syntax -> syntax Python's sre parser reads (for literal derivation only)."""
-    return pattern.replace(r"\z", r"\Z").replace("(?<", "(?P<").replace("(?P<=", "(?<=").replace("(?P<!", "(?<!")
-
-
-def derive_literals(pattern: str) -> tuple[tuple[str, ...], bool] | None:
-    """Literals one of which every match must contain (the best such set), and whether they are case-
-    insensitive. None when the pattern has no usable required literal."""
-    import re._constants as C
-    import re._parser as P
-
-    try:
-        parsed = P.parse(_sre_source(pattern))
-    except Exception:  # noqa: BLE001 - the regex module accepts things sre does not
-        return None
-    ignore_case = bool(parsed.state.flags & re.IGNORECASE)
-
-    def score(s: tuple[str, ...] | None) -> tuple[int, int]:
-        if not s:
-            return (-1, 0)
-        return (min(len(x) for x in s), -len(s))
-
-    def seq(items) -> tuple[str, ...] | None:
-        best: tuple[str, ...] | None = None
-        run = ""
-
-        def flush():
-            nonlocal run, best
-            if run and score((run,)) > score(best):
-                best = (run,)
-            run = ""
-
-        for op, av in items:
-            if op is C.LITERAL:
-                run += chr(av)
-                continue
-            if op is C.IN and len(av) == 1 and av[0][0] is C.LITERAL:
-                run += chr(av[0][1])
-                continue
-            if op is C.SUBPATTERN:
-                _group, add_flags, del_flags, sub = av
-                if add_flags & re.IGNORECASE:
-                    flush()
-                    continue
-                # a group of plain literals continues the run
-                if all(o is C.LITERAL for o, _ in sub.data):
-                    run += "".join(chr(a) for _, a in sub.data)
-                    continue
-                flush()
-                cand = seq(sub.data)
-            elif op in (C.MAX_REPEAT, C.MIN_REPEAT, getattr(C, "POSSESSIVE_REPEAT", None)):
-                lo, _hi, sub = av
-                flush()
-                cand = seq(sub.data) if lo >= 1 else None
-            elif op is C.BRANCH:
-                flush()
-                alts: list[str] = []
-                cand = ()
-                for b in av[1]:
-                    s = seq(b.data)
-                    if not s:
-                        cand = None
-                        break
-                    alts.extend(s)
-                if cand is not None:
-                    cand = tuple(dict.fromkeys(alts))
-            elif op is C.ATOMIC_GROUP:
-                flush()
-                cand = seq(av.data)
-            elif op is C.AT or op in (C.ASSERT, C.ASSERT_NOT):
-                # zero-width: does not break a literal run for AT; look-arounds do
-                if op is not C.AT:
-                    flush()
-                continue
-            else:
-                flush()
-                continue
-            if cand and score(cand) > score(best):
-                best = cand
-        flush()
-        return best
-
-    best = seq(parsed.data)
-    if not best or min(len(x) for x in best) < MIN_LITERAL:
-        return None
-    if ignore_case:
-        best = tuple(dict.fromkeys(x.lower() for x in best))
-    return best, ignore_case
 
 
 def _lookup_key(key: Any) -> str:

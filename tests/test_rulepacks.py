@@ -15,7 +15,6 @@ from forensics.rulepacks import (
     KINDS,
     Engine,
     RulePackError,
-    derive_literals,
     load_pack,
     load_rules,
     render,
@@ -253,22 +252,6 @@ def test_missing_rules_directory(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ helpers
-
-
-@pytest.mark.parametrize("pattern,expected", [
-    (r"(?m)^(?P<unit>\S+): Main process exited, code=killed", (": Main process exited, code=killed",)),
-    (r"Killed process (?P<pid>\d+) \((?P<name>[^)]*)\)", ("Killed process ",)),
-    (r"(?:Out of memory|Memory cgroup out of memory): Killed", ("Out of memory", "Memory cgroup out of memory")),
-    (r"(?:Traceback \(most recent call last\)|Stack trace of thread)", ("Traceback (most recent call last)",
-                                                                      "Stack trace of thread")),
-    (r"(?i)watchdog timeout", ("watchdog timeout",)),
-    (r"\d+ \w+", None),
-])
-def test_derive_literals(pattern: str, expected: tuple[str, ...] | None) -> None:
-    got = derive_literals(pattern)
-    assert (got[0] if got else None) == expected
-    if pattern.startswith("(?i)"):
-        assert got[1] is True
 
 
 def test_render_fills_missing_with_question_mark() -> None:
