@@ -500,10 +500,10 @@ def _at(cand: pl.DataFrame, rows: pl.Series) -> pl.DataFrame:
 def _rule_matches(rule: Rule, key_rows: pl.Series | None, cand: pl.DataFrame,
                   budget: RegexBudget, narrow: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(candidate records of the rule that pass applies/exclude, their matches). `narrow`: those records with
-    only the columns a vectorised rule reads (`_NARROW`), not every column of the candidates."""
+    only the columns a vectorised rule reads (`_narrow`), not every column of the candidates."""
     if key_rows is None or key_rows.len() == 0:
         return cand.clear(), pl.DataFrame()
-    sub = _at(cand.select(_NARROW) if narrow else cand, key_rows)
+    sub = _at(cand.select(_narrow(rule)) if narrow else cand, key_rows)
     ap = applies_expr(rule)
     if ap is not None:
         sub = sub.filter(ap)
@@ -512,9 +512,15 @@ def _rule_matches(rule: Rule, key_rows: pl.Series | None, cand: pl.DataFrame,
     return sub, _extract(sub, rule.pattern, rule.engine, rule.groups, budget, rule)
 
 
-# what a vectorised rule reads of its candidates: the message, what `applies` tests, what titles and the event's
-# unit and pid take; the rest of an event's columns are gathered once for all of them (`_with_records`)
-_NARROW = (ROW, "message", "format", "ident", "unit", "rank", "host", "pid")
+# what a vectorised rule's events take from their records besides the fields (titles, the event's unit and pid);
+# the rest of an event's columns are gathered once for all of them (`_with_records`)
+_EVENT_OWN_COLS = ("unit", "pid", "host", "rank")
+
+
+def _narrow(rule: Rule) -> list[str]:
+    """The candidate columns a vectorised rule reads: the message, the columns its `applies` tests, and
+    `_EVENT_OWN_COLS`."""
+    return list(dict.fromkeys([ROW, "message", *(col for col, _ in rule.applies.columns()), *_EVENT_OWN_COLS]))
 _EVENT_RECORD_COLS = ("ts", "ts_source", "host", "message", "source_id", "path", "line", "line_end", "format")
 
 
@@ -670,7 +676,7 @@ def _events_vectorised(rule: Rule, hits: pl.DataFrame, sub: pl.DataFrame) -> pl.
     names = sorted(g for g in rule.groups if not g.startswith("_"))
     casts = dict(rule.casts)
     df = hits.select(ROW, *[_cast_expr(n, casts.get(n)).alias(f"__f_{n}") for n in names])
-    df = df.hstack(_at(sub.select(ROW, "unit", "pid", "host", "rank"), df.get_column(ROW)).drop(ROW))
+    df = df.hstack(_at(sub.select(ROW, *_EVENT_OWN_COLS), df.get_column(ROW)).drop(ROW))
     frags = [pl.when(pl.col(f"__f_{n}").is_not_null()).then(
         pl.struct(pl.col(f"__f_{n}").alias(n)).struct.json_encode().str.slice(1).str.strip_suffix("}"))
         for n in names]
