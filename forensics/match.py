@@ -776,18 +776,19 @@ class Matcher:
 
     def add(self, records: pl.DataFrame) -> pl.DataFrame:
         """Take a batch; returns the events of a flush when enough candidates have gathered, else none."""
-        if records.height == 0 or not self.rules.rules:
-            return empty_events()
-        cand = _candidate_rows(_frame(records, self._rows), self._cond)
-        if cand.height:
-            cand = detached(cand)  # the kept rows would otherwise keep the whole batch's text alive
-            self._cand.append(cand)
-            self._kept += cand.height
-            self._bytes += int(cand.get_column("message").str.len_bytes().sum() or 0)
-        self._rows += records.height
-        if self._kept >= self.flush_rows or self._bytes >= self.flush_bytes:
-            return self.finish()
-        return empty_events()
+        return self.finish() if self.keep(records) else empty_events()
+
+    def keep(self, records: pl.DataFrame) -> bool:
+        """Prefilter a batch and keep its candidates; True when enough have gathered for a flush (`finish`)."""
+        if records.height and self.rules.rules:
+            cand = _candidate_rows(_frame(records, self._rows), self._cond)
+            if cand.height:
+                cand = detached(cand)  # the kept rows would otherwise keep the whole batch's text alive
+                self._cand.append(cand)
+                self._kept += cand.height
+                self._bytes += int(cand.get_column("message").str.len_bytes().sum() or 0)
+            self._rows += records.height
+        return self._kept >= self.flush_rows or self._bytes >= self.flush_bytes
 
     def finish(self) -> pl.DataFrame:
         """The events of the candidates gathered so far (call at the end of the stream)."""

@@ -23,13 +23,14 @@ from pathlib import Path
 import polars as pl
 
 from . import __version__, profile
-from .anchor import BootAnchor, FrameT, apply_anchor, boot_time_anchor, find_anchors
+from .anchor import BootAnchor, apply_anchor, boot_time_anchor, find_anchors
 from .detect import Detection, detect
 from .formats import FORMATS, StructuredFormat
 from .normalise import normalise_batch
 from .timefix import EXTRA, SourceClock, YearAnchor
 from .parse import ParseContext, parse_lines, parse_structured, resolve
 from .regexbudget import RegexBudget, RuleTimeout
+from .slots import WorkSlots
 from .schema import EVENT_SCHEMA, OUT_OF_RANGE, RECORD_SCHEMA, TimeSource, empty_events, empty_records
 from .sources import ReadStats, Source, SourceError, expand, head_bytes, read_batches
 from .store import SourceEntry, Store, StoreError, plain_name, sink_parquet, write_parquet
@@ -74,6 +75,11 @@ WORKERS = int(os.environ.get("FORENSICS_WORKERS", "0")) or min(2, os.cpu_count()
 # source and cost the most memory of its ingest (at 4 GiB, two overlapping ones went past 400 MiB together)
 LANDING = threading.Lock()
 BATCH_BYTES = 4 << 20  # bytes of input per batch: bounds memory (records, matching, parts) whatever the size
+# The phases of all sources that hold transient buffers share one slot per worker: a batch's parse (with its
+# normalise), its sink step or a source's streaming write takes one; a matching flush (the biggest of a batch's)
+# and a landed source's profile (a 4 GiB journal's: about 250 MB) take them all
+HEAVY = WorkSlots(WORKERS)
+FLUSH_WEIGHT = PROFILE_WEIGHT = WORKERS
 
 
 def ingest(store: Store, inputs: list[str], opts: IngestOptions,
@@ -261,17 +267,24 @@ class _Sink:
         self.unparsed = 0
 
     def put(self, recs: pl.DataFrame) -> None:
-        self.unparsed += _unparsed(recs, self.det)
-        if self.matcher:
-            self._spill(self.matcher.add(recs))  # it reads only the record columns
-        part = self.staging / f"part-{len(self.parts):05d}.arrow"
-        recs.write_ipc(part, compression="uncompressed")  # staging only: the fastest to write and re-read
-        self.parts.append(part)
+        with HEAVY.hold():
+            self.unparsed += _unparsed(recs, self.det)
+            due = self.matcher.keep(recs) if self.matcher else False  # it reads only the record columns
+            part = self.staging / f"part-{len(self.parts):05d}.arrow"
+            recs.write_ipc(part, compression="uncompressed")  # staging only: the fastest to write and re-read
+            self.parts.append(part)
+        del recs
+        if due:
+            self._flush()
 
     def close(self) -> tuple[list[Path], list[Path], int]:
         if self.matcher:
-            self._spill(self.matcher.finish())
+            self._flush()
         return self.parts, self.events, self.unparsed
+
+    def _flush(self) -> None:
+        with HEAVY.hold(FLUSH_WEIGHT):
+            self._spill(self.matcher.finish())
 
     def _spill(self, ev: pl.DataFrame) -> None:
         if ev.height:
@@ -359,7 +372,7 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
         store.commit(entry, staging / "records.parquet", staging / "events.parquet", replace_ids)
     finally:
         store.cleanup(staging)
-    with LANDING:
+    with LANDING, HEAVY.hold(PROFILE_WEIGHT):
         warm_profile(store, entry.source_id)
     warnings = [f"{src.display}:{n.removeprefix('line ')}" for n in entry.notes if n.startswith("line ")]
     if lost:  # the lines before a fault of the stream landed; the source still failed
@@ -382,17 +395,20 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
     if not structured:
         sample = _sample_lines(src)
         head = pl.DataFrame({"line": pl.int_range(1, sample.len() + 1, eager=True, dtype=pl.Int64), "text": sample})
-        clock.decide_order(parse_lines(head, formats, ctx, final=True)[0])
+        with HEAVY.hold():
+            clock.decide_order(parse_lines(head, formats, ctx, final=True)[0])
     tick = progress(src) if progress else None
     sink = _Sink(staging, det, _matcher(rules, budget))
     behind = ThreadPoolExecutor(1, thread_name_prefix="sink")  # matching and staging overlap the next batch's parse
     pending: list[Future] = []
 
-    def emit(recs: pl.DataFrame) -> None:
+    def prepare(recs: pl.DataFrame) -> pl.DataFrame:
         recs = normalise_batch(recs)
         if opts.host:
             recs = recs.with_columns(pl.coalesce(pl.col("host"), pl.lit(opts.host)).alias("host"))
-        recs = clock.observe(recs)
+        return clock.observe(recs)
+
+    def emit(recs: pl.DataFrame) -> None:
         while pending:  # one batch in the sink at a time: memory stays bounded, parts stay in order
             pending.pop().result()
         pending.append(behind.submit(sink.put, recs))
@@ -402,10 +418,13 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
         carry = pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
         try:
             for batch in read_batches(src, stats, BATCH_BYTES):
-                if carry.height:
-                    batch = pl.concat([carry, batch])
-                recs, carry = (parse_structured(structured, batch, ctx, final=False) if structured
-                               else parse_lines(batch, formats, ctx, final=False))
+                with HEAVY.hold():
+                    if carry.height:
+                        batch = pl.concat([carry, batch])
+                    recs, carry = (parse_structured(structured, batch, ctx, final=False) if structured
+                                   else parse_lines(batch, formats, ctx, final=False))
+                    del batch
+                    recs = prepare(recs)
                 emit(recs)
                 if tick:
                     tick(stats.bytes)
@@ -414,8 +433,10 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
                 raise
             lost = str(e)
         if carry.height:
-            recs, _ = (parse_structured(structured, carry, ctx, final=True) if structured
-                       else parse_lines(carry, formats, ctx, final=True))
+            with HEAVY.hold():
+                recs, _ = (parse_structured(structured, carry, ctx, final=True) if structured
+                           else parse_lines(carry, formats, ctx, final=True))
+                recs = prepare(recs)
             emit(recs)
         while pending:
             pending.pop().result()
@@ -428,44 +449,66 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
     exprs, how = clock.finish()
     with LANDING:  # the end phase: the last candidates matched, the parts fixed into the records file, the events
         parts, events, unparsed = sink.close()
-        fix = [*exprs, pl.lit(sid).alias("source_id"), pl.col("boot_id").str.replace(tmp_id, sid, literal=True)]
-        anchor = None
-        if opts.boot_time is not None and clock.kinds.get(TimeSource.MONOTONIC_ONLY.value):
-            anchor = boot_time_anchor([f"dmesg:{sid}#{clock.boot_n}"], opts.boot_time, opts.host)
+        with HEAVY.hold():  # a slot: another source's batch may go on beside this streaming write
+            fix = [*exprs, pl.lit(sid).alias("source_id"), pl.col("boot_id").str.replace(tmp_id, sid, literal=True)]
+            anchor = None
+            if opts.boot_time is not None and clock.kinds.get(TimeSource.MONOTONIC_ONLY.value):
+                anchor = boot_time_anchor([f"dmesg:{sid}#{clock.boot_n}"], opts.boot_time, opts.host)
 
-        records_file = staging / "records.parquet"
-        if parts:  # the parts, fixed, streamed into one Parquet file (polars' streaming sink: bounded memory)
-            fixed = pl.scan_ipc([str(p) for p in parts]).with_columns(fix).drop(*EXTRA)
-            sink_parquet(apply_anchor(fixed, anchor, opts.host) if anchor else fixed, records_file, RECORD_SCHEMA)
-        else:
-            write_parquet(empty_records(), records_file, RECORD_SCHEMA)
-        for p in parts:
-            p.unlink()
-        events_file = staging / "events.parquet"
-        if events:  # streamed: all of a source's events are never in memory at once
-            spilled = pl.scan_parquet([str(p) for p in events]).with_columns(pl.lit(sid).alias("source_id"))
-            sink_parquet(retime_events(spilled, records_file), events_file, EVENT_SCHEMA)
-        else:
-            write_parquet(empty_events(), events_file, EVENT_SCHEMA)
-        n_events = pl.scan_parquet(events_file).select(pl.len()).collect().item()
-        entry = _entry(src, det, sid, sha, fp, stats, records_file, n_events, how, bool(clock.rev), unparsed,
-                       clock.host_counts)
+            records_file = staging / "records.parquet"
+            if parts:  # the parts, fixed, streamed into one Parquet file (polars' streaming sink: bounded memory)
+                fixed = pl.scan_ipc([str(p) for p in parts]).with_columns(fix).drop(*EXTRA)
+                sink_parquet(apply_anchor(fixed, anchor, opts.host) if anchor else fixed, records_file, RECORD_SCHEMA)
+            else:
+                write_parquet(empty_records(), records_file, RECORD_SCHEMA)
+            for p in parts:
+                p.unlink()
+            events_file = staging / "events.parquet"
+            if events:  # a spilled part at a time: all of a source's events are never in memory at once
+                sink_parquet(pl.scan_parquet([str(p) for p in _retime_parts(events, records_file, sid)]),
+                             events_file, EVENT_SCHEMA)
+            else:
+                write_parquet(empty_events(), events_file, EVENT_SCHEMA)
+            n_events = pl.scan_parquet(events_file).select(pl.len()).collect().item()
+            entry = _entry(src, det, sid, sha, fp, stats, records_file, n_events, how, bool(clock.rev), unparsed,
+                           clock.host_counts)
         if lost:
             entry = replace(entry, notes=[*entry.notes, "truncated: " + lost.removeprefix(f"{src.display}: ")])
         return entry, lost
 
 
-def retime_events(events: FrameT, records_file: Path) -> FrameT:
-    """Events were matched on provisional times; give them their record's final time (eager or lazy, in order)."""
-    lines = (events.lazy() if isinstance(events, pl.DataFrame) else events).select(pl.col("line").unique()).collect()
-    if lines.height == 0:
+def retime_events(events: pl.DataFrame, records_file: Path, final: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Events were matched on provisional times; give them their record's final time, in order (`final`: the
+    times of their lines, `final_times`, when already read)."""
+    if events.height == 0:
         return events
-    final = (pl.scan_parquet(records_file).filter(pl.col("line").is_in(lines.get_column("line").implode()))
-             .select("line", pl.col("ts").alias("_ts"), pl.col("ts_source").alias("_tss")).collect())
-    out = events.join(final.lazy() if isinstance(events, pl.LazyFrame) else final, on="line", how="left",
-                      maintain_order="left")
+    if final is None:
+        final = final_times(events.get_column("line"), records_file)
+    out = events.join(final, on="line", how="left", maintain_order="left")
     return out.with_columns(pl.coalesce(pl.col("_ts"), pl.col("ts")).alias("ts"),
                             pl.coalesce(pl.col("_tss"), pl.col("ts_source")).alias("ts_source")).drop("_ts", "_tss")
+
+
+def final_times(lines: pl.Series, records_file: Path) -> pl.DataFrame:
+    """(line, _ts, _tss): the final time of each of these lines' records."""
+    return (pl.scan_parquet(records_file).filter(pl.col("line").is_in(lines.unique().implode()))
+            .select("line", pl.col("ts").alias("_ts"), pl.col("ts_source").alias("_tss")).collect())
+
+
+def _retime_parts(parts: list[Path], records_file: Path, sid: str) -> list[Path]:
+    """Each spilled events part retimed and given the source id, as a new part (the old one deleted). A part at a
+    time: a lazy join over all of them buffered every event of the source (a 4 GiB journal's 900 k: +220 MB)."""
+    lines = pl.scan_parquet([str(p) for p in parts]).select(pl.col("line").unique()).collect().get_column("line")
+    final = final_times(lines, records_file)
+    out = []
+    for p in parts:
+        ev = pl.read_parquet(p).with_columns(pl.lit(sid).alias("source_id"))
+        q = p.with_name("retimed-" + p.name)
+        retime_events(ev, records_file, final).write_parquet(q, compression="lz4", statistics=False)
+        del ev
+        p.unlink()
+        out.append(q)
+    return out
 
 
 def _unparsed(recs: pl.DataFrame, det: Detection) -> int:

@@ -254,3 +254,61 @@ def test_end_phases_of_sources_never_overlap(tmp_path: Path, monkeypatch: pytest
     assert most[0] == 1
     assert len(set(streams)) == 2
     assert sum(e.records for e in store.sources()) == sum(2000 + 300 * k for k in range(4))
+
+
+def _weighted_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slots: int) -> tuple[int, set[str]]:
+    """The most weight of heavy phases running at once over an ingest of four sources on two workers, with the
+    gate at `slots` (phases slowed, so that any that may overlap do)."""
+    from forensics import match
+    from forensics.slots import WorkSlots
+
+    tmp_path.mkdir()
+    files = []
+    for k in range(4):
+        p = tmp_path / f"s{k}.log"
+        p.write_text(journal_lines(1500 + 200 * k, f"s{k}", host=f"node-{k}", oom_every=40))
+        files.append(str(p))
+    lock = threading.Lock()
+    used, most, seen = [0], [0], set()
+
+    def weighed(name: str, w: int, f):
+        def run(*a, **k):
+            with lock:
+                used[0] += w
+                most[0] = max(most[0], used[0])
+                seen.add(name)
+            try:
+                time.sleep(0.01)
+                return f(*a, **k)
+            finally:
+                with lock:
+                    used[0] -= w
+        return run
+
+    monkeypatch.setattr(pipeline, "WORKERS", 2)
+    monkeypatch.setattr(pipeline, "HEAVY", WorkSlots(slots))
+    monkeypatch.setattr(pipeline, "BATCH_BYTES", 16 << 10)
+    real_matcher = pipeline._matcher
+    monkeypatch.setattr(pipeline, "_matcher", lambda rules, budget=None: real_matcher(rules, budget) and
+                        match.Matcher(rules, flush_rows=40, budget=budget))
+    monkeypatch.setattr(pipeline, "parse_lines", weighed("parse", 1, pipeline.parse_lines))
+    monkeypatch.setattr(match.Matcher, "keep", weighed("prefilter", 1, match.Matcher.keep))
+    monkeypatch.setattr(match.Matcher, "finish", weighed("flush", 2, match.Matcher.finish))
+    monkeypatch.setattr(pipeline, "sink_parquet", weighed("land", 1, pipeline.sink_parquet))
+    monkeypatch.setattr(pipeline, "warm_profile", weighed("profile", 2, pipeline.warm_profile))
+    store = Store(tmp_path / "store")
+    report = ingest(store, files, IngestOptions())
+    assert [r.status for r in report.results] == ["ingested"] * 4
+    assert sum(e.records for e in store.sources()) == sum(1500 + 200 * k for k in range(4))
+    return most[0], seen
+
+
+def test_heavy_phases_never_hold_more_than_the_slots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parses, prefilters, flushes, landings and profiles of all sources share two slots (a flush or a profile
+    takes both): the peak memory of a long ingest is where four of them met. With the gate opened wide the same
+    ingest does overlap them, so the bound is the gate's doing."""
+    most, seen = _weighted_use(tmp_path / "gated", monkeypatch, 2)
+    assert seen == {"parse", "prefilter", "flush", "land", "profile"}
+    assert most == 2
+    wide, _ = _weighted_use(tmp_path / "wide", monkeypatch, 100)
+    assert wide > 2

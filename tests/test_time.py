@@ -178,3 +178,47 @@ def test_dmesg_anchored_by_pairing_with_the_journal(tmp_path: Path) -> None:
     d = records(store).filter(pl.col("path").str.ends_with("dmesg.txt"))
     assert set(d["ts_source"]) == {"boot_anchored"} and set(d["host"]) == {"gpu1"}
     assert abs(d["ts"][2].timestamp() - (boot + 44238.512345)) <= 1.0
+
+
+def test_events_take_their_records_final_times_over_many_spilled_parts(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Year-less stamps are fixed only once the whole source is read; the events matched before that, spilled
+    in many parts, are given their records' final times one part at a time: the same events, in the same order,
+    as when they all fit in one part, each at its record's time."""
+    import forensics.pipeline as pipeline
+    from forensics import match
+    from forensics.store import Store
+
+    lines = []
+    for i in range(3000):
+        stamp = f"Dec 31 23:{(i // 60) % 60:02d}:{i % 60:02d}" if i < 1800 else f"Jan  1 00:{(i // 60) % 60:02d}:00"
+        msg = ("Out of memory: Killed process 4242 (python3) total-vm:1000kB, anon-rss:900kB, file-rss:0kB, "
+               "shmem-rss:0kB, UID:0 pgtables:4kB oom_score_adj:0" if i % 37 == 0 else f"tick {i}")
+        lines.append(f"{stamp} node kernel: {msg}")
+    src = tmp_path / "syslog"
+    src.write_text("\n".join(lines) + "\n")
+    opts = pipeline.IngestOptions(year=2024)
+
+    def events(store: Store) -> tuple[pl.DataFrame, pl.DataFrame]:
+        (e,) = store.sources()
+        return store.events_of(e).collect(), store.records_of(e).collect()
+
+    whole = Store(tmp_path / "whole")
+    pipeline.ingest(whole, [str(src)], opts)
+    one, _ = events(whole)
+    parts = []
+    real = pipeline._retime_parts
+    monkeypatch.setattr(pipeline, "_retime_parts", lambda ps, *a: parts.append(len(ps)) or real(ps, *a))
+    monkeypatch.setattr(pipeline, "BATCH_BYTES", 8 << 10)
+    monkeypatch.setattr(pipeline, "_matcher", lambda rules, budget=None: match.Matcher(rules, flush_rows=5,
+                                                                                        budget=budget))
+    split = Store(tmp_path / "split")
+    pipeline.ingest(split, [str(src)], opts)
+    many, recs = events(split)
+    assert parts and parts[0] > 10
+    assert one.height == many.height > 50
+    assert one.drop("source_id").equals(many.drop("source_id"))
+    at = many.join(recs.select("line", pl.col("ts").alias("rec_ts"), pl.col("ts_source").alias("rec_src")),
+                   on="line", how="left")
+    assert (at["ts"] == at["rec_ts"]).all() and (at["ts_source"] == at["rec_src"]).all()
+    assert at["ts"].dt.year().unique().sort().to_list() == [2023, 2024]  # --year is the last line's: a wrap before it
