@@ -6,6 +6,8 @@
            (candidates gathered, the rules run over many batches at once) and stage the batch as an Arrow part
         fix times over the whole source (boots, year, zone) -> stream the parts into Parquet -> commit to the store
     then anchor dmesg monotonic clocks by pairing kernel lines with the journal, and re-commit those sources.
+    The heavy phases of all sources (parse, sink step, flush, streaming write, profile) share one slot per worker
+    (`HEAVY`): memory holds at most that many phases' transient buffers, whatever the input size.
 """
 
 from __future__ import annotations
