@@ -115,12 +115,15 @@ def tables(records_file: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
         ranks = r if ranks is None else pl.concat([ranks, r]).group_by(*rank_keys, "_null").agg(
             pl.col("ts").min(), pl.col("first_line").min())
     assert groups is not None and ranks is not None  # _slices ends with an empty slice
+    if pending:
+        groups = _merge_groups(pl.concat([groups, *pending]), keys)
     back = [pl.lit(v, dtype=pl.String).alias(k) for k, v in same.items()]
-    groups = (_merge_groups(pl.concat([groups, *pending]), keys).with_columns(back)
+    # A line is in one group only, so no two groups share a first line: sorted on it alone (an integer; the
+    # string keys as tie-breaks cost a 4 GiB journal's 285 k groups +66 MB), then the per-file columns put back
+    groups = (groups.sort("first_line").with_columns(back)
               .select(*GROUP_KEYS, "first", "last", "records", "untimed", "first_line"))
-    ranks = ranks.with_columns(back).select(*RANK_KEYS, "_null", "ts", "first_line")
-    return (groups.sort("first_line", *GROUP_KEYS, nulls_last=True),
-            ranks.sort("first_line", *RANK_KEYS, nulls_last=True))
+    ranks = ranks.sort("first_line").with_columns(back).select(*RANK_KEYS, "_null", "ts", "first_line")
+    return groups, ranks
 
 
 def _merge_groups(groups: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
