@@ -202,21 +202,31 @@ def _write_table(rows: Iterator[dict[str, Any]], out: TextIO, kind: Kind, df: pl
     return n
 
 
+VECTOR_SLICE = 100_000  # records written by polars at a time
+
+
 def _write_records_vectorised(df: pl.DataFrame, fmt: str, out: TextIO) -> int:
-    """Records as JSON lines or CSV written by polars in slices: the same rows as `row_dicts`, ~20x faster
-    (a day of a busy fleet is millions of records)."""
+    """Records as JSON lines, a JSON array or CSV written by polars in slices: the same rows as `row_dicts`,
+    ~6-20x faster (a day of a busy fleet is millions of records). The array holds one JSON line per record."""
     frame = conform(df, RECORD_SCHEMA).select(
         pl.col("ts").dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").alias("ts"),
         *[c for c in RECORD_FIELDS if c != "ts"])
     if fmt == "csv":
         out.write(",".join(RECORD_FIELDS) + "\n")
-    for chunk in frame.iter_slices(100_000):
+    elif fmt == "json":
+        out.write("[" if frame.height else "[]\n")
+    for i, chunk in enumerate(frame.iter_slices(VECTOR_SLICE)):
         buf = io.BytesIO()
         if fmt == "csv":
             chunk.write_csv(buf, include_header=False)
         else:
             chunk.write_ndjson(buf)
-        out.write(buf.getvalue().decode("utf-8"))
+        text = buf.getvalue().decode("utf-8")
+        if fmt == "json":  # `[`, then each line as `\n  {...},` but the last, then `\n]`
+            text = ("," if i else "") + "\n  " + text.removesuffix("\n").replace("\n", ",\n  ")
+        out.write(text)
+    if fmt == "json" and frame.height:
+        out.write("\n]\n")
     return frame.height
 
 
@@ -226,7 +236,7 @@ def write_rows(df: pl.DataFrame, fmt: str, out: TextIO, kind: Kind) -> Written:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}")
     if kind not in ("records", "events"):
         raise ValueError(f"unknown row kind {kind!r}; use 'records' or 'events'")
-    if kind == "records" and fmt in ("jsonl", "csv"):
+    if kind == "records" and fmt in ("jsonl", "json", "csv"):
         return Written(_write_records_vectorised(df, fmt, out))
     rows = row_dicts(df, kind)
     if fmt == "json":

@@ -26,3 +26,20 @@ def test_jsonl_and_csv_match_the_row_path() -> None:
     rows = list(csv.reader(io.StringIO(buf.getvalue())))
     want = [{k: ("" if v is None else str(v)) for k, v in r.items()} for r in row_dicts(df, "records")]
     assert [dict(zip(rows[0], r)) for r in rows[1:]] == want
+
+
+def test_json_array_matches_the_row_path_in_one_and_many_slices(monkeypatch) -> None:  # noqa: ANN001
+    import forensics.export as export
+
+    df = parse_text(TEXT * 3, year=2025)
+    want = list(row_dicts(df, "records"))
+    for size in (100_000, 2, 1):
+        monkeypatch.setattr(export, "VECTOR_SLICE", size)
+        buf = io.StringIO()
+        assert write_rows(df, "json", buf, "records").rows == df.height
+        text = buf.getvalue()
+        assert json.loads(text) == want
+        assert text.startswith("[\n  {") and text.endswith("}\n]\n") and text.count("\n") == df.height + 2
+    buf = io.StringIO()
+    write_rows(df.clear(), "json", buf, "records")
+    assert buf.getvalue() == "[]\n"
