@@ -43,3 +43,52 @@ def test_json_array_matches_the_row_path_in_one_and_many_slices(monkeypatch) -> 
     buf = io.StringIO()
     write_rows(df.clear(), "json", buf, "records")
     assert buf.getvalue() == "[]\n"
+
+
+def test_record_table_matches_the_row_path(monkeypatch) -> None:  # noqa: ANN001
+    """The table's record rows built by polars are the text the row-by-row formatting writes, odd rows too
+    (control characters, tabs, bidi overrides, wide characters, untimed and inferred times, a year before 1000)."""
+    from datetime import datetime, timezone
+
+    import polars as pl
+
+    import forensics.export as export
+    from forensics.schema import RECORD_SCHEMA, conform
+
+    utc = timezone.utc
+    rows = [
+        (datetime(2025, 5, 25, 20, 17, 19, 999999, tzinfo=utc), "exact", "h", "systemd", 1, None, "plain"),
+        (datetime(2025, 5, 25, 20, 17, 19, 5000, tzinfo=utc), "year_inferred", "gpu-node-01", "", None, "x.service",
+         "two\nlines\r\nand a third"),
+        (None, "none", None, None, None, None, None),
+        (None, "none", "h", None, None, None, ""),
+        (datetime(2025, 1, 1, tzinfo=utc), "zone_assumed", "日本-host", "python3", 77, "u", "wide 日本 text\r"),
+        (datetime(2025, 1, 1, tzinfo=utc), "exact", "h\tx", "id\x1bent", 5, None, "tab\there \x07 bell \u202e rlo"),
+        (datetime(2025, 1, 1, tzinfo=utc), "monotonic_only", "h", None, None, "only-unit", "\n"),
+        (datetime(999, 3, 4, 5, 6, 7, tzinfo=utc), "exact", "h", "old", None, None, "a year of three digits"),
+        (datetime(2025, 1, 1, tzinfo=utc), "boot_anchored", "h", "k\u0085", None, None, "c1 control in the ident"),
+    ]
+    cols = ["ts", "ts_source", "host", "ident", "pid", "unit", "message"]
+    df = conform(pl.DataFrame([dict(zip(cols, r)) for r in rows],
+                              schema={c: RECORD_SCHEMA[c] for c in cols}).with_columns(
+        pl.lit("p.log").alias("path"), pl.int_range(1, len(rows) + 1).alias("line"),
+        pl.int_range(1, len(rows) + 1).alias("line_end"), pl.lit("journal-short").alias("format")), RECORD_SCHEMA)
+    def row_path(frame: pl.DataFrame, out: io.StringIO, host_w: int, who_w: int) -> int:
+        for r in row_dicts(frame, "records"):
+            out.write(export._record_row(r, host_w, who_w))
+        return frame.height
+
+    def table() -> str:
+        buf = io.StringIO()
+        assert write_rows(df, "table", buf, "records").rows == len(rows)
+        return buf.getvalue()
+
+    vectorised = export._write_record_rows
+    monkeypatch.setattr(export, "_write_record_rows", row_path)
+    want = table()
+    monkeypatch.setattr(export, "_write_record_rows", vectorised)
+    for size in (100_000, 3):
+        monkeypatch.setattr(export, "VECTOR_SLICE", size)
+        assert table() == want
+    lines = want.split("\n")
+    assert "\\x1b" in lines[6] and "\\u202e" in lines[6] and "[+2 lines]" in lines[2] and lines[8].startswith("999-")
