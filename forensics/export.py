@@ -222,7 +222,8 @@ def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int) -
     who = pl.concat_str([
         pl.when(ident.fill_null("") != "").then(ident).when(unit.fill_null("") != "").then(unit).otherwise(pl.lit("")),
         pl.when(pl.col("pid").is_not_null()).then(pl.format("[{}]", pl.col("pid"))).otherwise(pl.lit(""))])
-    first = msg.str.replace(r"(?s)\n.*", "").str.strip_chars_end("\r")
+    head = msg.str.replace(r"(?s)\n.*", "")  # the first line
+    first = head.str.strip_chars_end("\r")
     extra = msg.str.count_matches("\n", literal=True)
     line = pl.concat_str([
         pl.when(ts.is_null()).then(pl.lit("-".ljust(24))).otherwise(pl.concat_str([
@@ -232,7 +233,7 @@ def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int) -
         pl.lit(" "), first,
         pl.when(extra > 0).then(pl.format("  [+{} lines]", extra)).otherwise(pl.lit("")), pl.lit("\n")])
     odd = (pl.col("host").fill_null("").str.contains(_ODD_NAME) | ident.fill_null("").str.contains(_ODD_NAME)
-           | unit.fill_null("").str.contains(_ODD_NAME) | msg.str.replace(r"(?s)\n.*", "").str.contains(_ODD_TEXT)
+           | unit.fill_null("").str.contains(_ODD_NAME) | head.str.contains(_ODD_TEXT)
            | (ts.dt.year() < 1000).fill_null(False))
     for chunk in frame.iter_slices(VECTOR_SLICE):
         got = chunk.select(line.alias("l"), odd.alias("o"))

@@ -521,6 +521,8 @@ def _narrow(rule: Rule) -> list[str]:
     """The candidate columns a vectorised rule reads: the message, the columns its `applies` tests, and
     `_EVENT_OWN_COLS`."""
     return list(dict.fromkeys([ROW, "message", *(col for col, _ in rule.applies.columns()), *_EVENT_OWN_COLS]))
+
+
 _EVENT_RECORD_COLS = ("ts", "ts_source", "host", "message", "source_id", "path", "line", "line_end", "format")
 
 
