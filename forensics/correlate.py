@@ -1064,11 +1064,11 @@ class _SpanGroup:
 
     def __init__(self, firsts: list[int], lasts: list[int], u_firsts: list[int], u_lasts: list[int],
                  multi: list[list[tuple[int, int]]],
-                 units: Callable[[], dict[str, list[tuple[int, int]]]],
+                 units: Callable[[], Mapping[str, list[tuple[int, int]]]],
                  order: Callable[[], list[tuple[str | None, int, int]]]):
         self.firsts, self.lasts, self.u_firsts, self.u_lasts, self.multi = firsts, lasts, u_firsts, u_lasts, multi
         self._units_fn, self._order_fn = units, order
-        self._units: dict[str, list[tuple[int, int]]] | None = None
+        self._units: Mapping[str, list[tuple[int, int]]] | None = None
         self._order: list[tuple[str | None, int, int]] | None = None
 
     @classmethod
@@ -1091,7 +1091,7 @@ class _SpanGroup:
         return cls(sorted(a for _, a, _ in timed), sorted(z for _, _, z in timed), sorted(a for a, _ in single),
                    sorted(z for _, z in single), multi, lambda: units, lambda: order)
 
-    def units(self) -> dict[str, list[tuple[int, int]]]:
+    def units(self) -> Mapping[str, list[tuple[int, int]]]:
         if self._units is None:
             self._units = self._units_fn()
         return self._units
@@ -1122,6 +1122,32 @@ def _one_interval(iv: Sequence[tuple[int, int]]) -> tuple[int, int] | None:
             return None
         hi = max(hi, z)
     return lo, hi
+
+
+class _UnitIntervals(Mapping):
+    """unit -> its spans' intervals, from a frame (unit, as, zs): a journal names up to a hundred thousand
+    units, and a report asks about a few, so a unit's intervals become Python objects when first asked for."""
+
+    def __init__(self, df: pl.DataFrame):
+        self._df = df
+        self._row = {u: i for i, u in enumerate(df["unit"].to_list())}
+        self._done: dict[str, list[tuple[int, int]]] = {}
+
+    def __getitem__(self, unit: str) -> list[tuple[int, int]]:
+        iv = self._done.get(unit)
+        if iv is None:
+            i = self._row[unit]
+            iv = self._done[unit] = list(zip(self._df["as"][i].to_list(), self._df["zs"][i].to_list()))
+        return iv
+
+    def __contains__(self, unit: object) -> bool:
+        return unit in self._row
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(self._row)
+
+    def __len__(self) -> int:
+        return len(self._row)
 
 
 class _WindowUnits:
@@ -1200,9 +1226,9 @@ class _HostSpans:
             else:
                 m[0].append(one)
 
-        def units_of(path: str, log: str) -> Callable[[], dict[str, list[tuple[int, int]]]]:
-            return lambda: {u: list(zip(a_s, z_s)) for u, a_s, z_s in named.filter(
-                (pl.col("path") == path) & (pl.col("log") == log)).select("unit", "as", "zs").iter_rows()}
+        def units_of(path: str, log: str) -> Callable[[], Mapping[str, list[tuple[int, int]]]]:
+            return lambda: _UnitIntervals(named.filter((pl.col("path") == path) & (pl.col("log") == log))
+                                          .select("unit", "as", "zs"))
 
         def order_of(path: str, log: str) -> Callable[[], list[tuple[str | None, int, int]]]:
             return lambda: list(timed.filter((pl.col("path") == path) & (pl.col("log") == log))

@@ -13,11 +13,16 @@ events: the same EventViews (ids, seq, entities), the same primaries and copies.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
 import re
 import sys
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import polars as pl
 
@@ -208,14 +213,33 @@ class EventSource:
 
     def __init__(self, lf: pl.LazyFrame, enrich: Callable | None,
                  prepare_view: Callable[[EventView], EventView] | None = None,
-                 significant_kinds_excluded: Iterable[str] = (), keep: pl.Expr | None = None):
+                 significant_kinds_excluded: Iterable[str] = (), keep: pl.Expr | None = None,
+                 cache: Path | None = None):
         names = lf.collect_schema().names()
         cols = [pl.col(n).cast(t) if n in names else pl.lit(None, dtype=t).alias(n) for n, t in EVENT_SCHEMA.items()]
         self.lf = lf.select(pl.col("_row"), *cols)
         self.enrich = enrich
         self.prepare_view = prepare_view
         self.finish: Callable[[EventView], EventView] | None = None
-        excluded = list(significant_kinds_excluded)
+        narrow = _read_narrow(cache) if cache is not None else None
+        if narrow is None:
+            narrow = self._narrow(list(significant_kinds_excluded), None if cache is not None else keep)
+            if cache is not None:
+                _keep_narrow(narrow, cache)
+        if keep is not None and cache is not None:
+            narrow = narrow.filter(keep)
+        self.narrow = narrow
+        self.done_sessions: set[int] = set()
+        self.primaries: dict[int, EventView] = {}
+        self.by_id: dict[str, EventView] = {}
+        self.copies: dict[str, tuple[EventView, ...]] = {}
+        self.owner: dict[tuple[str | None, str], str | None] = {}
+        self._examined: set[int] = set()           # seqs read as possible owners
+        self._owner_cands: list[tuple[int, str | None, str, str]] = []   # (seq, host, pid, unit) among them
+        self.views_built = 0
+
+    def _narrow(self, excluded: list[str], keep: pl.Expr | None) -> pl.DataFrame:
+        """The narrow frame of the events (of those `keep` selects), in the deterministic order."""
         kind = pl.col("kind").fill_null("")
         exprs = [
             "_row", "ts", "path", "line", "rule", "kind", "host", "unit", "pid",
@@ -251,15 +275,7 @@ class EventSource:
         sess = s.select("_seq", brk.cum_sum().alias("_sess"))
         col = pl.Series("_sess", [0] * narrow.height, dtype=sess["_sess"].dtype)
         col.scatter(sess["_seq"], sess["_sess"])
-        self.narrow = narrow.drop("_sig").with_columns(col)
-        self.done_sessions: set[int] = set()
-        self.primaries: dict[int, EventView] = {}
-        self.by_id: dict[str, EventView] = {}
-        self.copies: dict[str, tuple[EventView, ...]] = {}
-        self.owner: dict[tuple[str | None, str], str | None] = {}
-        self._examined: set[int] = set()           # seqs read as possible owners
-        self._owner_cands: list[tuple[int, str | None, str, str]] = []   # (seq, host, pid, unit) among them
-        self.views_built = 0
+        return narrow.drop("_sig").with_columns(col)
 
     @property
     def empty(self) -> bool:
@@ -348,6 +364,57 @@ class EventSource:
                 found.setdefault((h, p), u)
         for k in keys:
             self.owner[k] = found.get(k)
+
+
+# the narrow frame kept between runs: computing it reads every event's message and fields (a second for half a
+# million events); its file is named by a digest of what it derives from (see incidents.prepare)
+NARROW_VERSION = 1
+NARROW_KEPT = 4                        # the newest narrow files kept in a store's cache
+
+
+def narrow_cache(cache_dir: Path, files: Sequence[Path], inputs: object) -> Path | None:
+    """The cache file of the narrow frame of these events files (their names, sizes and times) read with these
+    `inputs` (what fills the hosts and units, JSON-able); None when a file is gone."""
+    h = hashlib.sha256(f"narrow-v{NARROW_VERSION}\0".encode())
+    try:
+        for f in files:
+            st = f.stat()
+            h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    except OSError:
+        return None
+    h.update(json.dumps(inputs, sort_keys=True, default=str).encode())
+    return cache_dir / f"narrow~{h.hexdigest()[:32]}.parquet"
+
+
+def _read_narrow(path: Path) -> pl.DataFrame | None:
+    try:
+        return pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError):  # not cached yet, or being replaced
+        return None
+
+
+def _keep_narrow(df: pl.DataFrame, path: Path) -> None:
+    """Write the narrow frame atomically, and drop all but the newest NARROW_KEPT others (a read-only store
+    keeps nothing)."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        path.parent.mkdir(exist_ok=True)
+        df.write_parquet(tmp, compression="zstd", compression_level=1)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        return
+    def mtime(p: Path) -> float:
+        try:
+            return p.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    others = sorted((p for p in path.parent.glob("narrow~*.parquet") if p != path), key=mtime, reverse=True)
+    for p in others[NARROW_KEPT - 1:]:
+        with contextlib.suppress(OSError):
+            p.unlink(missing_ok=True)
 
 
 def us(t: float) -> int:

@@ -57,6 +57,7 @@ from .correlate_store import (
     fold_copies,
     UNKNOWN_HOST,
     host_local,
+    narrow_cache,
     part_expr,
     signature,
     unit_may_be,
@@ -64,7 +65,11 @@ from .correlate_store import (
     window_mask,
 )
 from .correlate_local import LocalMatcher
+from .dayscope import Reach, Window, day_of, first_window
+from . import dayscope
 from .environment import Fingerprint, fingerprints
+from .schema import empty_events
+from .store import scan_files
 from .model import Conclusion, Confidence, Event, Evidence, Gap, Incident, SourceInfo, to_jsonable
 
 DEFAULT_GAP_MINUTES = 15.0
@@ -168,7 +173,8 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
     coverage of the sources; the events themselves are prepared on demand (Prepared.source). `only` (given
     every host an incident can be grouped under) names the hosts whose events are wanted (None: all)."""
     sources = tuple(store.sources())
-    raw = store.events()
+    event_files = store.files_of("events")
+    raw = scan_files(event_files, empty_events())
     profiles = _profiles(store)
     rec = _record_hosts(profiles).sort("path", "host", nulls_last=True)
     ev_hosts, ev_units = pl.collect_all([raw.select(pl.col("host").unique()),
@@ -248,8 +254,13 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
     def load(e: EventView) -> EventView:
         return _with_load(store, e) if e.kind == "cuda_oom" and e.t is not None else e
 
+    # the narrow frame is kept in the store's cache, named after the events files and what fills their hosts
+    # and units
+    fills = {"host": hosts[0] if single else pseudo, "journal_unit": journal_unit, "file_unit": file_unit,
+             "excluded": sorted(CONTEXT_KINDS), "kernel_kinds": sorted(KERNEL_KINDS)}
+    cache = narrow_cache(store.cache_dir, event_files, fills) if event_files else None
     source = EventSource(events, enricher(kn), prepare_view=load, significant_kinds_excluded=CONTEXT_KINDS,
-                         keep=part_expr().is_in(sorted(kept)) if kept is not None else None)
+                         keep=part_expr().is_in(sorted(kept)) if kept is not None else None, cache=cache)
     coverage = Coverage.from_frame(spans_df.select("path", "format", "host", "log", "unit", "first", "last",
                                                    "records", "untimed"))
     host_sources: dict[str, list[str]] = {}
@@ -650,6 +661,9 @@ class _Builder:
         self.prep = prepare(store, self.kn, (lambda parts: candidates(specs, parts)) if specs and self.local else None)
         self.src = self.prep.source
         self.kinds = correlation_kinds(self.corrs) | ARCH_KINDS | {"server_config", "cuda_oom"}
+        # what a day's window must hold at any time: what correlations bind far, the launch configurations (an
+        # incident's configuration review) and the architecture errors (the first names a host's SM)
+        self.reach = Reach.of(self.corrs, ARCH_KINDS | {"server_config"})
         self.envs: dict[str, Fingerprint] = {}
         self.host_gpus: dict[str, tuple[str | None, str]] = {}
         self.gpu_hosts: set[str] = set()
@@ -676,16 +690,39 @@ class _Builder:
         if asks:
             self.envs.update(fingerprints(self.store, asks, self.kn))
 
-    def skeletons(self) -> list[_Skeleton]:
+    def day_skeletons(self, day: str) -> list[_Skeleton]:
+        """The skeletons of the incidents that start on `day` (and maybe others), found from a window around
+        it, widened until it holds all that decides them (forensics.dayscope); their ids are final."""
+        w: Window | None = first_window(day, self.reach, self.gap_s)
+        for _ in range(dayscope.WIDENINGS + 1):
+            assert w is not None
+            skels = self.skeletons(w)
+            if w.holds([self._span(sk) for sk in skels]):
+                return skels
+            w = w.wider()
+        return self.skeletons()
+
+    def _span(self, sk: _Skeleton) -> tuple[float | None, float | None, bool, str | None]:
+        """(first time, last time, holds an untimed event, start date) of a skeleton, for Window.holds."""
+        c, by_id = sk.cluster, self.src.by_id
+        times = [t for t in (c.start, c.end, sk.t0, sk.t1) if t is not None]
+        ids = {x for f in sk.ordered for x in f.event_ids} | sk.core_ids
+        untimed = any(e.t is None for e in c.events) or any(by_id[x].t is None for x in ids if x in by_id)
+        return (min(times, default=None), max(times, default=None), untimed, sk.start[:10] if sk.start else None)
+
+    def skeletons(self, window: Window | None = None) -> list[_Skeleton]:
         """The incidents of the hosts whose events the builder holds (Prepared.kept: a host's incidents depend
-        on its events only, when the correlations are host_local) as skeletons, ids final, in order."""
+        on its events only, when the correlations are host_local) as skeletons, ids final, in order. With a
+        `window`, from its events only (see day_skeletons: only the incidents of its day are sure to be the
+        store's)."""
         src = self.src
         if src.empty:
             return []
         # the events correlations look at, the significant ones, those that may name an architecture, and the
         # untimed kernel lines (what the logs cannot place)
-        evs = src.load(pl.col("kind").is_in(sorted(self.kinds)) | pl.col("significant") | pl.col("archish")
-                       | (pl.col("t_us").is_null() & pl.col("kind").is_in(sorted(KERNEL_KINDS))))
+        wanted = (pl.col("kind").is_in(sorted(self.kinds)) | pl.col("significant") | pl.col("archish")
+                  | (pl.col("t_us").is_null() & pl.col("kind").is_in(sorted(KERNEL_KINDS))))
+        evs = src.load(wanted if window is None else wanted & window.mask(self.reach.always))
         # the GPU named by the logs makes architecture statements name it (only when it matters)
         arch_hosts = sorted({e.host for e in evs if e.fields.get("sm") and e.host} - self.gpu_hosts)
         if arch_hosts:
@@ -930,6 +967,7 @@ def find_incidents(store, specs: Sequence[str], gap_minutes: float = DEFAULT_GAP
     correlations keep each host's incidents to its events, only the hosts a spec can name are looked at;
     ids are those `build_incidents` gives. Raises IncidentNotFound, naming what exists."""
     b = _Builder(store, gap_minutes, correlations, knowledge, specs, full)
+    day = day_of(specs) if dayscope.ENABLED else None
 
     def pick(skels: list[_Skeleton]) -> list[_Skeleton]:
         for spec in specs:
@@ -937,9 +975,9 @@ def find_incidents(store, specs: Sequence[str], gap_minutes: float = DEFAULT_GAP
         return skels
 
     try:
-        chosen = pick(b.skeletons())
+        chosen = pick(b.day_skeletons(day) if day is not None else b.skeletons())
     except IncidentNotFound:
-        if b.prep.kept is None:
+        if b.prep.kept is None and day is None:
             raise
         b = _Builder(store, gap_minutes, correlations, knowledge, full=False)
         chosen = pick(b.skeletons())           # raises again, naming every incident of the store

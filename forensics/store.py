@@ -281,12 +281,14 @@ class Store:
         return dict(load_rules().pack_versions())
 
     # -- reading
-    def _scan(self, kind: Kind, source_ids: list[str] | None, empty: pl.DataFrame) -> pl.LazyFrame:
+    def files_of(self, kind: Kind, source_ids: list[str] | None = None) -> list[Path]:
+        """The records or events files the manifest lists for these sources (all: None) that exist, in the
+        order `records()`/`events()` read them."""
         ids = source_ids if source_ids is not None else [e.source_id for e in self.sources()]
-        files = [f for f in self._listed_files(kind, ids) if f.exists()]
-        if not files:
-            return empty.lazy()
-        return pl.scan_parquet([str(f) for f in files])
+        return [f for f in self._listed_files(kind, ids) if f.exists()]
+
+    def _scan(self, kind: Kind, source_ids: list[str] | None, empty: pl.DataFrame) -> pl.LazyFrame:
+        return scan_files(self.files_of(kind, source_ids), empty)
 
     def records(self, source_ids: list[str] | None = None) -> pl.LazyFrame:
         return self._scan("records", source_ids, empty_records())
@@ -301,6 +303,13 @@ class Store:
     def events_of(self, entry: SourceEntry) -> pl.LazyFrame:
         """The events of exactly the file `entry` lists."""
         return pl.scan_parquet(str(self.file("events", entry.source_id, entry.events_name)))
+
+
+def scan_files(files: list[Path], empty: pl.DataFrame) -> pl.LazyFrame:
+    """A lazy scan of these store files (`empty`, lazily, when there are none)."""
+    if not files:
+        return empty.lazy()
+    return pl.scan_parquet([str(f) for f in files])
 
 
 _NAME = re.compile(r"([0-9A-Za-z_-]{1,128})(\.[0-9a-f]{1,32})?\.parquet")

@@ -183,9 +183,15 @@ def test_journal_only_seed_suspects_oom_and_confirms_nothing(tmp_path: Path) -> 
 
 def store_from_timeline(tmp: Path, name: str | Path) -> Store:
     """A store holding a fixture timeline's events (and one record per event), without parsing or rules."""
-    fx = load_timeline(name if isinstance(name, Path) else TIMELINES / name)
     store = Store(tmp / "store")
     store.init()
+    add_timeline(store, name)
+    return store
+
+
+def add_timeline(store: Store, name: str | Path) -> None:
+    """Commit a fixture timeline's events (and one record per event) to a store, a source per path."""
+    fx = load_timeline(name if isinstance(name, Path) else TIMELINES / name)
     ev = fx.events
     for path in sorted(set(ev["path"].to_list())):
         part = ev.filter(pl.col("path") == path)
@@ -204,7 +210,6 @@ def store_from_timeline(tmp: Path, name: str | Path) -> Store:
                             last_ts=max(ts).isoformat() if ts else None, time_anchor="fixture times",
                             ts_sources={}, events=part.height, tool_version="test", fingerprint=sid)
         store.commit(entry, staging / "r.parquet", staging / "e.parquet")
-    return store
 
 
 def test_incident_from_timeline_store(tmp_path: Path) -> None:

@@ -273,3 +273,42 @@ def test_escaped_text_never_becomes_markup(text: str) -> None:
     body = visible(text)
     body = body[:-1] if body.endswith("\n") else body
     assert tokens[0].content == body + "\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=400), min_size=1, max_size=60), st.integers(0, 20_000),
+       st.booleans())
+def test_the_largest_fitting_n_is_bisections_in_fewer_renders(steps: list[int], limit: int, hint: bool) -> None:
+    """_largest finds what bisection finds (the largest n that fits, lengths growing with n), within twice its
+    renders, and in a few when the length grows evenly."""
+    from forensics.render.trim import _largest
+
+    lengths = [sum(steps[:i + 1]) for i in range(len(steps))]
+    hi = len(lengths) - 2
+    fits = [n for n in range(0, hi + 1) if lengths[n] <= limit]
+    calls: list[int] = []
+
+    def render(n: int) -> str:
+        calls.append(n)
+        return "x" * lengths[n]
+
+    got = _largest(0, hi, render, limit, lengths[-1] if hint else None)
+    assert (len(got) if got is not None else None) == (lengths[max(fits)] if fits else None)
+    bisection = max(1, (max(hi, 0) + 1).bit_length() + 1)
+    assert len(calls) <= 2 * bisection
+    even = _largest(0, 9_999, lambda n: "y" * (100 + 10 * n), 50_000, 100 + 10 * 10_000)
+    assert even is not None and len(even) == 100 + 10 * 4_990
+
+
+def test_even_growth_takes_a_few_renders() -> None:
+    from forensics.render.trim import _largest
+
+    calls: list[int] = []
+
+    def render(n: int) -> str:
+        calls.append(n)
+        return "y" * (1000 + 37 * n)
+
+    got = _largest(0, 999, render, 20_000, 1000 + 37 * 1000)
+    assert got is not None and len(got) == 1000 + 37 * ((20_000 - 1000) // 37)
+    assert len(calls) <= 4, calls

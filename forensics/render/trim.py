@@ -58,17 +58,37 @@ def _limit(view: ReportView, excerpts: int, rows: int | None, limit: int) -> Rep
     return replace(view, incidents=tuple(incidents), trim_note=trim_note(view, limit))
 
 
-def _largest(lo: int, hi: int, fits: Callable[[int], str | None]) -> str | None:
-    """The output for the largest n in [lo, hi] that fits (fits is monotone), by bisection."""
-    best = None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        text = fits(mid)
-        if text is not None:
-            best, lo = text, mid + 1
+def _largest(lo: int, hi: int, render: Callable[[int], str], limit: int, hi_len: int | None = None) -> str | None:
+    """The output for the largest n in [lo, hi] whose output fits in `limit` (its length grows with n), or
+    None. The same n bisection finds, in fewer renders: each guess interpolates the lengths at the ends of
+    the bracket (`hi_len`, an estimate of the length past `hi`, is only used to guess), every other guess
+    halves the bracket, so it takes at most twice bisection's renders, and about three when the length grows
+    evenly with n."""
+    if lo > hi:
+        return None
+    texts: dict[int, str] = {}
+
+    def length(n: int) -> int:
+        texts[n] = render(n)
+        return len(texts[n])
+
+    good_len = length(lo)
+    if good_len > limit:
+        return None
+    good, bad, bad_len = lo, hi + 1, hi_len
+    interpolate = True
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if interpolate and bad_len is not None and bad_len > good_len:
+            step = (limit - good_len) * (bad - good) / (bad_len - good_len)
+            mid = min(max(good + int(step), good + 1), bad - 1)
+        interpolate = not interpolate
+        n_len = length(mid)
+        if n_len <= limit:
+            good, good_len = mid, n_len
         else:
-            hi = mid - 1
-    return best
+            bad, bad_len = mid, n_len
+    return texts[good]
 
 
 def _close_fences(text: str) -> str:
@@ -101,16 +121,21 @@ def fit(view: ReportView, render: Callable[[ReportView], str], limit: int) -> st
     if limit <= 0 or len(full) <= limit:
         return full
 
-    def attempt(v: ReportView) -> str | None:
-        text = render(v)
-        return text if len(text) <= limit else None
-
     total = sum(len(iv.excerpts) for iv in view.incidents)
-    best = _largest(0, total - 1, lambda n: attempt(_limit(view, n, None, limit)))
+    no_excerpts: list[int] = []
+
+    def with_excerpts(n: int) -> str:
+        text = render(_limit(view, n, None, limit))
+        if n == 0:
+            no_excerpts.append(len(text))
+        return text
+
+    best = _largest(0, total - 1, with_excerpts, limit, len(full))
     if best is not None:
         return best
     most = max((max(len(iv.timeline), len(iv.key_lines)) for iv in view.incidents), default=0)
-    best = _largest(0, most - 1, lambda n: attempt(_limit(view, 0, n, limit)))
+    best = _largest(0, most - 1, lambda n: render(_limit(view, 0, n, limit)), limit,
+                    no_excerpts[0] if no_excerpts else None)
     if best is not None:
         return best
     note = ("Trimmed: the report is cut here and the rest left out, " + trim_note(view, limit))

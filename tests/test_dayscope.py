@@ -1,0 +1,201 @@
+"""A day's incidents found from a window around the day are those of the whole store: the window widens while
+a cluster that reaches the day comes near its edges, or one of the day's incidents holds an untimed event; and
+the narrow frame of the events, kept in the store's cache, gives what computing it again gives."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+from test_incidents import add_timeline, store_from_timeline
+
+import forensics.dayscope as dayscope
+import forensics.incidents as incidents
+from forensics.correlate import load_correlations
+from forensics.correlate_store import NARROW_KEPT
+from forensics.dayscope import Reach, Window, day_of
+from forensics.incidents import IncidentNotFound, build_incidents, find_incidents, incident_json, select_incidents
+
+
+def _js(incs: list) -> list[str]:
+    return [json.dumps(incident_json(i), sort_keys=True) for i in incs]
+
+
+def _every(start: str, end: str, minutes: int, unit: str, pid0: int) -> list[str]:
+    t, stop = datetime.fromisoformat(start), datetime.fromisoformat(end)
+    out = []
+    while t <= stop:
+        out.append(f"  - {{at: '{t:%Y-%m-%dT%H:%M:%S}', kind: segfault, unit: {unit}, "
+                   f"fields: {{pid: {pid0 + len(out)}, process: python3}}}}")
+        t += timedelta(minutes=minutes)
+    return out
+
+
+def _timeline(tmp: Path) -> Path:
+    lines = ["host: gpu1", "events:"]
+    # a chain across the first midnight: one incident, of the 25th
+    lines += _every("2025-05-25T20:00:00", "2025-05-26T03:00:00", 10, "a.service", 1000)
+    # a chain from late on the 26th until six hours into the 27th: further than the first window reaches
+    lines += _every("2025-05-26T23:30:00", "2025-05-27T06:00:00", 10, "b.service", 2000)
+    # z.service dies on the 25th and the 26th; an untimed line about it joins the first (the 25th's)
+    lines += ["  - {at: '2025-05-25T10:00:00', kind: segfault, unit: z.service, fields: {pid: 7, process: python3}}",
+              "  - {at: '2025-05-26T10:00:00', kind: segfault, unit: z.service, fields: {pid: 8, process: python3}}",
+              "  - {at: null, kind: segfault, unit: z.service, path: status.txt, ts_source: none,"
+              " fields: {pid: 9, process: python3}}"]
+    # two incidents of the same host and unit on the 26th (the second is `-2`), and one on another host
+    lines += ["  - {at: '2025-05-26T08:00:00', kind: segfault, unit: x.service, fields: {pid: 11, process: python3}}",
+              "  - {at: '2025-05-26T12:00:00', kind: segfault, unit: x.service, fields: {pid: 12, process: python3}}",
+              "  - {at: '2025-05-26T12:00:00', kind: segfault, host: gpu2, unit: x.service,"
+              " fields: {pid: 13, process: python3}}"]
+    p = tmp / "days.yaml"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+DAYS = ["2025-05-24", "2025-05-25", "2025-05-26", "2025-05-27", "2025-05-28"]
+
+
+def test_a_days_incidents_from_its_window_are_the_stores(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    store = store_from_timeline(tmp_path, _timeline(tmp_path))
+    every = build_incidents(store)
+    assert {i.id for i in every} >= {"2025-05-25-gpu1-a", "2025-05-26-gpu1-b", "2025-05-25-gpu1-z",
+                                     "2025-05-26-gpu1-z", "2025-05-26-gpu1-x", "2025-05-26-gpu1-x-2",
+                                     "2025-05-26-gpu2-x"}
+    windows: list[Window | None] = []
+    skeletons = incidents._Builder.skeletons
+
+    def spy(self, window=None):  # noqa: ANN001, ANN202
+        windows.append(window)
+        return skeletons(self, window)
+
+    monkeypatch.setattr(incidents._Builder, "skeletons", spy)
+    for day in DAYS:
+        want = [i for i in every if (i.start or i.id)[:10] == day]
+        if want:
+            assert _js(find_incidents(store, [day])) == _js(want), day
+        for inc in want:
+            assert _js(find_incidents(store, [inc.id])) == _js([inc])
+    # the 26th needed wider windows: the chain into the 27th, and the untimed z.service line (whose home, the
+    # 25th's incident, lies before the first window)
+    windows.clear()
+    find_incidents(store, ["2025-05-26"], full=False)
+    assert len(windows) >= 2 and all(w is not None for w in windows)
+    pads = [w.day_start - w.lo for w in windows if w is not None]
+    assert pads == sorted(pads) and pads[-1] > pads[0]
+    untimed = [i for i in every if any(e.ts is None for e in i.events)]
+    assert [i.id for i in untimed] == ["2025-05-25-gpu1-z"]
+
+
+def test_without_the_edge_checks_a_window_would_cut_incidents(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The checks are what makes the window safe: holding every window as good gives other incidents."""
+    store = store_from_timeline(tmp_path, _timeline(tmp_path))
+    want = _js(select_incidents(build_incidents(store), "2025-05-26"))
+    monkeypatch.setattr(Window, "holds", lambda self, spans: True)
+    assert _js(find_incidents(store, ["2025-05-26"])) != want
+
+
+def test_the_window_can_be_turned_off(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    store = store_from_timeline(tmp_path, _timeline(tmp_path))
+    on = _js(find_incidents(store, ["2025-05-26"]))
+    monkeypatch.setattr(dayscope, "ENABLED", False)
+    assert _js(find_incidents(store, ["2025-05-26"])) == on
+
+
+def test_what_names_a_day() -> None:
+    assert day_of(["2025-05-26"]) == "2025-05-26"
+    assert day_of(["2025-05-26-gpu1-x-2"]) == "2025-05-26"
+    assert day_of(["2025-05-26-gpu1", "2025-05-26"]) == "2025-05-26"
+    assert day_of(["2025-05-26", "2025-05-27"]) is None          # two days: the whole store
+    assert day_of(["2025-05-2"]) is None                         # a prefix of several days
+    assert day_of(["undated-dmesg-log-x"]) is None
+    assert day_of(["2025-02-30"]) is None                        # not a date
+    assert day_of([]) is None
+
+
+def test_the_reach_of_the_built_in_correlations() -> None:
+    r = Reach.of(load_correlations())
+    # the launch configurations are bound up to 30 days from a CUDA OOM, the unanchored OOM kills at any time
+    assert {"server_config", "oom_kill"} <= r.always
+    assert r.seconds == 15 * 60
+    assert "service_killed" not in r.always and "segfault" not in r.always
+
+
+def test_window_holds() -> None:
+    w = Window.around("2025-05-26", 7200.0, 3600.0)
+    d0 = w.day_start
+    assert w.holds([(d0 + 100, d0 + 200, False, "2025-05-26")])
+    assert not w.holds([(d0 + 100, d0 + 200, True, "2025-05-26")])          # an untimed event in the day's
+    assert w.holds([(d0 - 86400, d0 - 86000, True, "2025-05-25")])          # ... in another day's: harmless
+    assert not w.holds([(d0 + 80000, w.hi - 100, False, "2025-05-26")])     # reaches the far edge
+    assert w.holds([(d0 + 86400 + 10, w.hi - 100, False, "2025-05-27")])    # ... starting the next day
+    assert not w.holds([(w.lo + 10, d0 - 100, False, "2025-05-25")])        # from the near edge to the day
+    assert w.holds([(w.lo + 10, w.lo + 100, False, "2025-05-25")])
+    assert w.wider().lo == d0 - 7200.0 * dayscope.GROWTH
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the narrow frame in the cache
+
+
+def _narrows(store) -> list[Path]:  # noqa: ANN001
+    return sorted(store.cache_dir.glob("narrow~*.parquet"))
+
+
+def test_the_narrow_frame_is_kept_and_read_back(tmp_path: Path) -> None:
+    store = store_from_timeline(tmp_path, "seed_full.yaml")
+    first = _js(build_incidents(store))
+    files = _narrows(store)
+    assert len(files) == 1
+    again = _js(build_incidents(store))
+    assert again == first and _narrows(store) == files
+    # one host asked for: the kept frame filtered, the same incident
+    inc_id = json.loads(first[0])["id"]
+    assert _js(find_incidents(store, [inc_id])) == first[:1]
+    # a broken cache file is computed again (and replaced)
+    files[0].write_bytes(b"not parquet")
+    assert _js(build_incidents(store)) == first
+    assert pl.read_parquet(files[0]).height > 0
+
+
+def test_a_new_source_gets_a_new_narrow_frame(tmp_path: Path) -> None:
+    store = store_from_timeline(tmp_path, "seed_full.yaml")
+    before = [i.id for i in build_incidents(store)]
+    old = _narrows(store)
+    # the same store with one more source: its events are seen (the old frame is not reused)
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("host: other\nevents:\n"
+                     "  - {at: '09:00:00', kind: segfault, unit: q.service, path: other.log,"
+                     " fields: {pid: 5, process: python3}}\n")
+    add_timeline(store, extra)
+    after = [i.id for i in build_incidents(store)]
+    assert "2025-05-25-other-q" in after and set(before) <= set(after)
+    assert set(_narrows(store)) - set(old)
+
+
+def test_old_narrow_frames_are_dropped(tmp_path: Path) -> None:
+    store = store_from_timeline(tmp_path, "seed_full.yaml")
+    build_incidents(store)
+    for i in range(NARROW_KEPT + 3):
+        p = store.cache_dir / f"narrow~{i:032x}.parquet"
+        p.write_bytes(b"x")
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("host: other\nevents:\n  - {at: '09:00:00', kind: segfault, unit: q.service, path: o.log}\n")
+    add_timeline(store, extra)
+    build_incidents(store)
+    assert len(_narrows(store)) == NARROW_KEPT
+
+
+@pytest.mark.parametrize("spec", ["2025-05-25", "2025-05-25-h"])
+def test_a_spec_naming_no_incident_of_the_day_names_the_stores(tmp_path: Path, spec: str) -> None:
+    """Nothing found in a day's window: the error names every incident of the store, as before."""
+    store = store_from_timeline(tmp_path, "seed_full.yaml")
+    every = build_incidents(store)
+    day = "2025-05-20" + spec[10:]
+    with pytest.raises(IncidentNotFound) as got:
+        find_incidents(store, [day])
+    with pytest.raises(IncidentNotFound) as want:
+        select_incidents(every, day)
+    assert str(got.value) == str(want.value)
