@@ -81,37 +81,61 @@ def _tp_count(ranks: Iterable[str | None]) -> int | None:
     return best
 
 
-def fingerprint_records(records: pl.DataFrame, evs: Sequence[EventView], kn: Knowledge, host: str | None,
-                        ranks: Iterable[str | None] = ()) -> Fingerprint:
-    """The fingerprint from prefiltered records (columns message, path, line; any order) and the events."""
+def _scan(records: pl.DataFrame, kn: Knowledge
+          ) -> tuple[dict[str, tuple[str, str]], dict[str, str], list[tuple[str, str]], list[float], dict[str, str]]:
+    """What the records' lines show, as a loop over every line trying every pattern would find it (a key's
+    last match wins; the first place each PCI device is named; every free-memory figure; the last place each
+    architecture nvcc rejects is named; every line naming a GPU). The lines are split and each pattern's
+    literal looked for by polars; a pattern is run only on the lines holding its literal."""
     found: dict[str, tuple[str, str]] = {}
     pcis: dict[str, str] = {}
     gpu_hits: list[tuple[str, str]] = []
     avail: list[float] = []
     nvcc_rejects: dict[str, str] = {}
-    rows = records.select("message", "path", "line").iter_rows() if records.height else []
-    for message, path, line in rows:
-        where = f"{path}:{line}"
-        for ln in (message or "").split("\n"):
-            low = ln.lower() if ln.isascii() else None
-            for (key, rx, out), (lit, ci) in zip(PATTERNS, _NEEDS):
-                if (lit not in low if ci and low is not None else not ci and lit not in ln):
-                    continue
-                m = rx.search(ln)
+    if not records.height:
+        return found, pcis, gpu_hits, avail, nvcc_rejects
+    ln = pl.col("ln")
+    ascii_ = ln.str.len_bytes() == ln.str.len_chars()
+    low = ln.str.to_lowercase()
+    masks = [(~ascii_ | low.str.contains(lit, literal=True)) if ci else ln.str.contains(lit, literal=True)
+             for lit, ci in _NEEDS]
+    masks += [ln.str.starts_with("nvidia ") | ln.str.contains("NVRM: ", literal=True),
+              ln.str.contains("avail mem=", literal=True),
+              ln.str.contains("Unsupported gpu architecture '", literal=True),
+              ln.str.contains("NVIDIA", literal=True) | ln.str.contains("RTX", literal=True)
+              | ln.str.contains("Tesla", literal=True)]
+    names = [f"_m{k}" for k in range(len(masks))]
+    lines = (records.select(pl.col("message").fill_null("").str.split("\n").alias("ln"),
+                            pl.format("{}:{}", pl.col("path").fill_null("None"),
+                                      pl.col("line").cast(pl.String).fill_null("None")).alias("where"))
+             .explode("ln").with_columns(m.alias(c) for m, c in zip(masks, names))
+             .filter(pl.any_horizontal(names)))
+    texts, wheres, marks = lines["ln"].to_list(), lines["where"].to_list(), lines.select(names).rows()
+    n = len(PATTERNS)
+    for text, where, mark in zip(texts, wheres, marks):
+        for (key, rx, out), hit in zip(PATTERNS, mark):
+            if hit:
+                m = rx.search(text)
                 if m:
                     found[key] = (out.format(m.group(1)), where)      # the last occurrence wins
-            m = _PCI.search(ln) if ln.startswith("nvidia ") or "NVRM: " in ln else None
-            if m:
-                pcis.setdefault(m.group(1).lower(), where)
-            m = _AVAIL.search(ln) if "avail mem=" in ln else None
-            if m:
-                avail.append(float(m.group(1)))
-            m = _NVCC_REJECTS.search(ln) if "Unsupported gpu architecture '" in ln else None
-            if m:
-                nvcc_rejects[m.group(1)] = where
-            g = kn.gpu(ln) if "NVIDIA" in ln or "RTX" in ln or "Tesla" in ln else None
-            if g is not None:
-                gpu_hits.append((ln, where))
+        m = _PCI.search(text) if mark[n] else None
+        if m:
+            pcis.setdefault(m.group(1).lower(), where)
+        m = _AVAIL.search(text) if mark[n + 1] else None
+        if m:
+            avail.append(float(m.group(1)))
+        m = _NVCC_REJECTS.search(text) if mark[n + 2] else None
+        if m:
+            nvcc_rejects[m.group(1)] = where
+        if mark[n + 3] and kn.gpu(text) is not None:
+            gpu_hits.append((text, where))
+    return found, pcis, gpu_hits, avail, nvcc_rejects
+
+
+def fingerprint_records(records: pl.DataFrame, evs: Sequence[EventView], kn: Knowledge, host: str | None,
+                        ranks: Iterable[str | None] = ()) -> Fingerprint:
+    """The fingerprint from prefiltered records (columns message, path, line; any order) and the events."""
+    found, pcis, gpu_hits, avail, nvcc_rejects = _scan(records, kn)
     vals: dict[str, str] = {}
     src: dict[str, str] = {}
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forensics.configreview import (
     Hardware,
@@ -175,3 +177,59 @@ def test_fingerprint_infers_the_gpu_from_sm_and_free_memory() -> None:
     assert env["gpu"].startswith("8 x NVIDIA RTX PRO 6000 Blackwell (96 GB) (inferred")
     assert env["nvcc"] == "version not logged; it rejects compute_120, so older than CUDA 12.8"
     assert fp.hardware.memory_gb == 96
+
+
+def _scan_by_line(records: pl.DataFrame, kn) -> tuple:  # noqa: ANN001
+    """The reference: every line of every record, every pattern (the loop `environment._scan` replaces)."""
+    from forensics.environment import _AVAIL, _NEEDS, _NVCC_REJECTS, _PCI, PATTERNS
+
+    found: dict = {}
+    pcis: dict = {}
+    gpu_hits: list = []
+    avail: list = []
+    nvcc: dict = {}
+    for message, path, line in records.select("message", "path", "line").iter_rows():
+        where = f"{path}:{line}"
+        for ln in (message or "").split("\n"):
+            low = ln.lower() if ln.isascii() else None
+            for (key, rx, out), (lit, ci) in zip(PATTERNS, _NEEDS):
+                if (lit not in low if ci and low is not None else not ci and lit not in ln):
+                    continue
+                m = rx.search(ln)
+                if m:
+                    found[key] = (out.format(m.group(1)), where)
+            m = _PCI.search(ln) if ln.startswith("nvidia ") or "NVRM: " in ln else None
+            if m:
+                pcis.setdefault(m.group(1).lower(), where)
+            m = _AVAIL.search(ln) if "avail mem=" in ln else None
+            if m:
+                avail.append(float(m.group(1)))
+            m = _NVCC_REJECTS.search(ln) if "Unsupported gpu architecture '" in ln else None
+            if m:
+                nvcc[m.group(1)] = where
+            if ("NVIDIA" in ln or "RTX" in ln or "Tesla" in ln) and kn.gpu(ln) is not None:
+                gpu_hits.append((ln, where))
+    return found, pcis, gpu_hits, avail, nvcc
+
+
+_PIECES = ["Linux version 6.8.0-60-generic", "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  575.57.08",
+           "Driver Version: 570.1", "CUDA Version: 12.8", "Cuda compilation tools, release 12.6", "torch==2.7.1+cu128",
+           "/usr/local/cuda-12.4/bin", "PyTorch version: 2.6.0", "FlashInfer 0.2.5", "TORCH 2.5.1",
+           "~/.cache/flashinfer/0.2.7.post1/", "SGLang==0.4.9", "python3.12/site-packages/x", "capability sm_120",
+           "PCIe-only GPUs", "nvidia 0000:01:00.0: probe", "NVRM: GPU at PCI:0000:41:00: GPU-1",
+           "Load weight begin. avail mem=94.31 GB", "Unsupported gpu architecture 'compute_120'",
+           "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 5090", "Tesla V100", "sglang 0.5.0 ünïcode torch 2.7.0",
+           "İstanbul flashinfer 0.2.9", "plain", "", "\n", "\t"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.sampled_from(_PIECES), max_size=4), st.sampled_from([" ", "\n", " | "]),
+                          st.one_of(st.none(), st.sampled_from(["a.log", "b.log"])),
+                          st.one_of(st.none(), st.integers(0, 99))), max_size=12))
+def test_the_vectorised_scan_finds_what_the_line_loop_finds(rows: list) -> None:
+    from forensics.environment import _scan
+
+    df = pl.DataFrame({"message": [sep.join(parts) if parts else None for parts, sep, _, _ in rows],
+                       "path": [p for _, _, p, _ in rows], "line": [n for _, _, _, n in rows]},
+                      schema={"message": pl.String, "path": pl.String, "line": pl.Int64})
+    assert _scan(df, KN) == _scan_by_line(df, KN)

@@ -8,10 +8,10 @@ disabled, so nothing in the body can load or link anywhere; the page's Content-S
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 from dataclasses import replace
 
 from jinja2 import Environment
-from markdown_it import MarkdownIt
 from markupsafe import Markup
 
 from forensics.render.markdown import render_markdown
@@ -21,8 +21,13 @@ from forensics.render.templates import render_template
 from forensics.render.timefmt import Clock
 from forensics.render.view import ReportView
 
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+
 
 def _parser() -> MarkdownIt:
+    from markdown_it import MarkdownIt    # only HTML reports need it (a tenth of a second to import)
+
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
     md.enable("table")
     md.disable(["link", "image", "autolink", "html_inline", "html_block", "reference"])
