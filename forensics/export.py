@@ -198,7 +198,8 @@ def _write_table(rows: Iterator[dict[str, Any]], out: TextIO, kind: Kind, df: pl
     return n
 
 
-VECTOR_SLICE = 100_000  # records written by polars at a time
+VECTOR_SLICE = 100_000  # records written by polars at a time ...
+VECTOR_AT_ONCE = 2      # ... in this many slices built at once (one per core)
 
 
 def _record_row(r: dict[str, Any], host_w: int, who_w: int) -> str:
@@ -235,14 +236,16 @@ def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int) -
     odd = (pl.col("host").fill_null("").str.contains(_ODD_NAME) | ident.fill_null("").str.contains(_ODD_NAME)
            | unit.fill_null("").str.contains(_ODD_NAME) | head.str.contains(_ODD_TEXT)
            | (ts.dt.year() < 1000).fill_null(False))
-    for chunk in frame.iter_slices(VECTOR_SLICE):
-        got = chunk.select(line.alias("l"), odd.alias("o"))
-        lines = got.get_column("l")
-        at = got.get_column("o").arg_true()
-        if at.len():
-            fixed = [_record_row(r, host_w, who_w) for r in row_dicts(chunk[at], "records")]
-            lines = lines.scatter(at, pl.Series(fixed, dtype=pl.String))
-        out.write("".join(lines.to_list()))
+    chunks = list(frame.iter_slices(VECTOR_SLICE))
+    for i in range(0, len(chunks), VECTOR_AT_ONCE):
+        group = chunks[i:i + VECTOR_AT_ONCE]
+        for chunk, got in zip(group, pl.collect_all([c.lazy().select(line.alias("l"), odd.alias("o")) for c in group])):
+            lines = got.get_column("l")
+            at = got.get_column("o").arg_true()
+            if at.len():
+                fixed = [_record_row(r, host_w, who_w) for r in row_dicts(chunk[at], "records")]
+                lines = lines.scatter(at, pl.Series(fixed, dtype=pl.String))
+            out.write("".join(lines.to_list()))
     return frame.height
 
 
