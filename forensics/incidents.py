@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
 
 import polars as pl
@@ -498,26 +498,27 @@ def _with_copies(c: Conclusion, copies: Mapping[str, tuple[EventView, ...]], by_
 class _Explainer:
     """Event.explain / next_steps from the rule that produced each event."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache_dir: Path | None = None) -> None:
         try:
-            from .rulepacks import load_rules
+            from .rulepacks import rule_texts
 
-            self.rules = load_rules()
+            self.rules = rule_texts(cache_dir)
         except Exception:  # noqa: BLE001 - an incident is still worth building without the rule texts
             self.rules = None
 
     def event(self, e: EventView, role: str) -> Event:
-        rule = self.rules.get(e.rule) if self.rules is not None else None
+        texts = self.rules.get(e.rule) if self.rules is not None else None
         explain, steps = "", ()
-        if rule is not None:
+        if texts is not None:
+            rule_explain, rule_steps = texts
             vals: dict[str, Any] = {k: v for k, v in e.fields.items() if not isinstance(v, (dict, list))}
             since, until = kernel_window(e.ts) if e.ts is not None else (None, None)
             vals.update({"unit": e.entities.get("unit"), "host": e.host, "pid": e.entities.get("pid"),
                          "since": fmt_when(since) if since else None, "until": fmt_when(until) if until else None,
                          "ts": iso(e.ts), "path": e.path, "line": e.line, "rank": e.entities.get("rank"),
                          "rule": e.rule, "kind": e.kind})
-            explain = fill(rule.explain, vals)
-            steps = tuple(fill(s, vals) for s in rule.next_steps)
+            explain = fill(rule_explain, vals)
+            steps = tuple(fill(s, vals) for s in rule_steps)
         pid = e.entities.get("pid")
         return Event(id=e.id, ts=iso(e.ts), ts_source=e.ts_source, kind=e.kind, rule=e.rule, severity=e.severity,
                      role=role, host=e.host, unit=e.entities.get("unit"),
@@ -653,7 +654,7 @@ class _Builder:
         self.store = store
         # the rule texts (Event.explain) are read while the store is (rule packs take a while to load, mostly
         # in Python; the store's reading, in polars, runs on the other cores)
-        self._explainer_job = _POOL.submit(_Explainer) if full else None
+        self._explainer_job = _POOL.submit(_Explainer, store.cache_dir) if full else None
         self.kn = knowledge if knowledge is not None else load_knowledge()
         self.corrs = tuple(correlations if correlations is not None else load_correlations())
         self.gap_s = gap_minutes * 60.0
@@ -852,7 +853,8 @@ class _Builder:
         timed: dict[str | None, tuple[list[float], list[EventView]]] = {}
         self._envs([sk.cluster.host for sk in skels], host_evs)  # type: ignore[arg-type]
         if self._explainer is None:
-            self._explainer = self._explainer_job.result() if self._explainer_job is not None else _Explainer()
+            self._explainer = (self._explainer_job.result() if self._explainer_job is not None
+                               else _Explainer(self.store.cache_dir))
         explainer = self._explainer
         out: list[Incident] = []
         for sk in skels:

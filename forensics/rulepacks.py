@@ -50,8 +50,10 @@ Pack file (see `rules/systemd.yaml` for a full example):
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
+import json
 import os
 import re
 import string
@@ -977,17 +979,7 @@ def load_rules(extra_dirs: Sequence[Path | str] = (), *, builtin: bool = True,
                env: Mapping[str, str] | None = None) -> RuleSet:
     """The built-in packs, then the `FORENSICS_RULES` directories, then `extra_dirs` (e.g. `--rules`), each a
     layer whose rules replace earlier ones of the same id. Raises RulePackError listing every problem."""
-    layers: list[list[Path]] = []
-    errors: list[tuple[str, int, str]] = []
-    if builtin:
-        layers.append(pack_files(BUILTIN_DIR))
-    for d in [*env_dirs(env), *map(Path, extra_dirs)]:
-        if not d.is_dir():
-            errors.append((str(d), 0, "rules directory does not exist"))
-            continue
-        layers.append(pack_files(d))
-    # the same files, unchanged, give the same (frozen) rule set: a command that loads the packs twice reads them once
-    key = (tuple(tuple((str(f), *_stamp(f)) for f in files) for files in layers), tuple(errors))
+    layers, errors, key = _layers(extra_dirs, builtin, env)
     if not errors and key in _LOADED:
         return _LOADED[key]
     rules = _load_layers(layers, errors)
@@ -997,6 +989,86 @@ def load_rules(extra_dirs: Sequence[Path | str] = (), *, builtin: bool = True,
 
 
 _LOADED: dict[tuple, RuleSet] = {}
+
+
+def _layers(extra_dirs: Sequence[Path | str], builtin: bool, env: Mapping[str, str] | None
+            ) -> tuple[list[list[Path]], list[tuple[str, int, str]], tuple]:
+    """The pack files of each layer, the directories that do not exist, and what identifies them all (each
+    file's path and digest): the same files, unchanged, give the same (frozen) rule set."""
+    layers: list[list[Path]] = []
+    errors: list[tuple[str, int, str]] = []
+    if builtin:
+        layers.append(pack_files(BUILTIN_DIR))
+    for d in [*env_dirs(env), *map(Path, extra_dirs)]:
+        if not d.is_dir():
+            errors.append((str(d), 0, "rules directory does not exist"))
+            continue
+        layers.append(pack_files(d))
+    key = (tuple(tuple((str(f), *_stamp(f)) for f in files) for files in layers), tuple(errors))
+    return layers, errors, key
+
+
+@dataclass(frozen=True)
+class RuleTexts:
+    """What a report reads of the packs in force (built-ins plus FORENSICS_RULES): each rule's `explain` and
+    `next_steps`, and each pack's version. Loading the packs compiles every pattern (a quarter of a second,
+    holding the interpreter), so the texts are kept as JSON in a cache directory, named after the packs' files
+    and digests."""
+
+    texts: Mapping[str, tuple[str, tuple[str, ...]]]
+    versions: tuple[tuple[str, str], ...]
+
+    def get(self, rule_id: str) -> tuple[str, tuple[str, ...]] | None:
+        return self.texts.get(rule_id)
+
+
+TEXTS_VERSION = 1
+TEXTS_KEPT = 4                 # the newest rule-text files kept in a cache directory
+
+
+def rule_texts(cache_dir: Path | None = None, env: Mapping[str, str] | None = None) -> RuleTexts:
+    """The RuleTexts of the packs in force: read from `cache_dir` when kept there, else from the packs
+    (kept when `cache_dir` is writable). Raises RulePackError as load_rules does."""
+    _, errors, key = _layers((), True, env)
+    digest = hashlib.sha256(json.dumps([TEXTS_VERSION, key], default=str).encode()).hexdigest()[:32]
+    path = cache_dir / f"rules~{digest}.json" if cache_dir is not None and not errors else None
+    if path is not None:
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            return RuleTexts(texts={k: (e, tuple(n)) for k, (e, n) in raw["texts"].items()},
+                             versions=tuple((a, b) for a, b in raw["versions"]))
+        except (OSError, ValueError, KeyError, TypeError):  # not kept yet, or being replaced
+            pass
+    rules = load_rules(env=env)
+    out = RuleTexts(texts={r.id: (r.explain, tuple(r.next_steps)) for r in rules.rules},
+                    versions=rules.pack_versions())
+    if path is not None:
+        _keep_texts(out, path)
+    return out
+
+
+def _keep_texts(t: RuleTexts, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(t)}.tmp")
+    try:
+        path.parent.mkdir(exist_ok=True)
+        tmp.write_text(json.dumps({"texts": {k: [e, list(n)] for k, (e, n) in sorted(t.texts.items())},
+                                   "versions": [list(v) for v in t.versions]}, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:  # a read-only store: answer without keeping them
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        return
+    others = sorted((p for p in path.parent.glob("rules~*.json") if p != path), key=_mtime, reverse=True)
+    for p in others[TEXTS_KEPT - 1:]:
+        with contextlib.suppress(OSError):
+            p.unlink(missing_ok=True)
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _stamp(f: Path) -> tuple[str]:

@@ -276,9 +276,9 @@ class Store:
     @property
     def rulepack_versions(self) -> dict[str, str]:
         """Name -> digest of each rule pack in force (built-ins plus FORENSICS_RULES)."""
-        from .rulepacks import load_rules
+        from .rulepacks import rule_texts
 
-        return dict(load_rules().pack_versions())
+        return dict(rule_texts(self.cache_dir).versions)
 
     # -- reading
     def files_of(self, kind: Kind, source_ids: list[str] | None = None) -> list[Path]:

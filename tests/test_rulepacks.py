@@ -233,6 +233,46 @@ def test_user_layer_overrides_builtin_and_env_layers(tmp_path: Path, monkeypatch
     assert rs2.get("env.rule") is not None and len(rs2) == len(base) + 1
 
 
+def test_rule_texts_are_kept_and_follow_the_packs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The texts a report reads are the loaded rules', read back from the cache; a changed pack gives new ones."""
+    from forensics.rulepacks import TEXTS_KEPT, rule_texts
+
+    monkeypatch.delenv("FORENSICS_RULES", raising=False)
+    cache = tmp_path / "cache"
+    rules = load_rules()
+    fresh = rule_texts(cache)
+    kept = sorted(cache.glob("rules~*.json"))
+    assert len(kept) == 1
+    assert fresh.texts == {r.id: (r.explain, tuple(r.next_steps)) for r in rules.rules}
+    assert fresh.versions == rules.pack_versions()
+    monkeypatch.setattr("forensics.rulepacks.load_rules", lambda *a, **k: pytest.fail("read the packs again"))
+    again = rule_texts(cache)
+    assert again == fresh and again.get("systemd.main_killed") == fresh.texts["systemd.main_killed"]
+    monkeypatch.undo()
+    monkeypatch.delenv("FORENSICS_RULES", raising=False)
+    # a FORENSICS_RULES layer overriding a built-in: other texts, another file
+    over = GOOD_RULE.replace("t.killed", "systemd.main_killed").replace(
+        "the main process was killed by a signal", "overridden text")
+    write_pack(tmp_path / "env", "mine.yaml", over)
+    monkeypatch.setenv("FORENSICS_RULES", str(tmp_path / "env"))
+    layered = rule_texts(cache)
+    assert layered.get("systemd.main_killed")[0] == "overridden text"
+    assert len(list(cache.glob("rules~*.json"))) == 2
+    # a broken file is read from the packs again, and replaced
+    for p in cache.glob("rules~*.json"):
+        p.write_text("{not json")
+    assert rule_texts(cache) == layered
+    # only the newest few are kept
+    for i in range(TEXTS_KEPT + 2):
+        (cache / f"rules~{i:032x}.json").write_text("{}")
+    (tmp_path / "env" / "mine.yaml").write_text((tmp_path / "env" / "mine.yaml").read_text().replace(
+        "overridden text", "changed again"))
+    assert rule_texts(cache).get("systemd.main_killed")[0] == "changed again"
+    assert len(list(cache.glob("rules~*.json"))) == TEXTS_KEPT
+    # no cache directory: the packs themselves
+    assert rule_texts(None).get("systemd.main_killed")[0] == "changed again"
+
+
 def test_duplicate_ids_inside_one_layer(tmp_path: Path) -> None:
     write_pack(tmp_path / "u", "a.yaml", GOOD_RULE)
     write_pack(tmp_path / "u", "b.yaml", GOOD_RULE)
