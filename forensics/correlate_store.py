@@ -308,9 +308,20 @@ class EventSource:
                 self.by_id[e2.id] = e2
 
     def _fetch(self, rows: pl.Series | list[int]) -> pl.DataFrame:
-        seq = self.narrow.select("_row", "_seq")
-        df = self.lf.filter(pl.col("_row").is_in(pl.Series(rows, dtype=pl.UInt32).implode())).collect()
-        return df.join(seq, on="_row", how="left").drop("_row")
+        """The events at these rows, with their `_seq`. The scan is also given the span of their times, which
+        the files' statistics answer: the row groups outside it are not read."""
+        want = pl.Series(rows, dtype=pl.UInt32)
+        seq = self.narrow.select("_row", "_seq", "t_us")
+        span = seq.filter(pl.col("_row").is_in(want.implode())).select(
+            pl.col("t_us").min().alias("lo"), pl.col("t_us").max().alias("hi"), pl.col("t_us").is_null().any().alias("n"))
+        lo, hi, untimed = span.row(0) if span.height else (None, None, True)
+        cond = pl.col("_row").is_in(want.implode())
+        if lo is not None and hi is not None:
+            ts = pl.col("ts")
+            timed = ts.is_between(pl.lit(lo).cast(pl.Datetime("us", "UTC")), pl.lit(hi).cast(pl.Datetime("us", "UTC")))
+            cond = cond & ((timed | ts.is_null()) if untimed else timed)
+        df = self.lf.filter(cond).collect()
+        return df.join(seq.drop("t_us"), on="_row", how="left").drop("_row")
 
     def _prepare(self, rows: pl.Series) -> None:
         df = self._fetch(rows)
