@@ -10,17 +10,18 @@ A window gives the same incidents as the whole store when nothing that decides t
 starts at twice the margin a cluster can reach across (the longest correlation window, and three gaps: the
 restart of a unit within a gap of one cluster that dies within two gaps in the next), and the window is widened
 (4x, then to the whole store) while some cluster comes within the margin of an edge of the window and reaches
-the day, or one of the day's incidents holds an untimed event (an untimed event joins the first cluster of its
-host that shares its unit or pid, which may lie before any window).
+the day; and back to the first significant event of a host, less the margin, when one of the day's incidents of
+that host holds an untimed event (an untimed event joins the first cluster of its host that shares its unit or
+pid, which may lie before any window).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import polars as pl
 
@@ -97,8 +98,11 @@ class Window:
     def day_start(self) -> float:
         return datetime.strptime(self.day, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp()
 
-    def wider(self) -> Window:
+    def wider(self, lo: float | None = None) -> Window:
+        """The next window: the pad GROWTH times wider, reaching back to `lo` at least."""
         pad = (self.day_start - self.lo) * GROWTH
+        if lo is not None:
+            pad = max(pad, self.day_start - lo)
         return Window.around(self.day, pad, self.margin)
 
     def mask(self, always: Iterable[str]) -> pl.Expr:
@@ -106,30 +110,48 @@ class Window:
         t = pl.col("t_us")
         return t.is_between(us(self.lo), us(self.hi)) | t.is_null() | pl.col("kind").is_in(sorted(always))
 
-    def holds(self, spans: Sequence[tuple[float | None, float | None, bool, str | None]]) -> bool:
-        """Whether the incidents found in the window are those of the whole store, given each one's (first
-        time, last time, holds an untimed event, start date): no cluster reaching the day comes within the
-        margin of an edge, and none of the day's holds an untimed event."""
+    def holds(self, spans: Sequence[Span], firsts: Mapping[str, float] | None = None) -> bool:
+        """Whether the incidents found in the window are those of the whole store, given each one's Span and
+        the time of each host's first significant event: no cluster reaching the day comes within the margin of
+        an edge, and a day's incident holding an untimed event is of a host whose first cluster lies well
+        inside the window (the untimed event's home is its host's first cluster sharing its unit or pid)."""
+        return self.reach_back(spans, firsts) is None and not self._cut(spans)
+
+    def reach_back(self, spans: Sequence[Span], firsts: Mapping[str, float] | None = None) -> float | None:
+        """How far back the window must reach for the day's incidents with an untimed event (None: it does)."""
+        need: float | None = None
+        for sp in spans:
+            if sp.date == self.day and sp.untimed:
+                first = (firsts or {}).get(sp.host)
+                lo = (first if first is not None else -1e18) - self.margin
+                if lo < self.lo:
+                    need = lo if need is None else min(need, lo)
+        return need
+
+    def _cut(self, spans: Sequence[Span]) -> bool:
         d0 = self.day_start
         d1 = d0 + 86400.0
-        for first, last, untimed, date in spans:
-            if date == self.day and untimed:
-                return False
-            if first is None or last is None:
+        for sp in spans:
+            if sp.first is None or sp.last is None:
                 continue
-            if first < d1 and last > self.hi - self.margin:
-                return False
-            if first < self.lo + self.margin and last > d0 - self.margin:
-                return False
-        return True
+            if sp.first < d1 and sp.last > self.hi - self.margin:
+                return True
+            if sp.first < self.lo + self.margin and sp.last > d0 - self.margin:
+                return True
+        return False
+
+
+@dataclass(frozen=True)
+class Span:
+    """What Window.holds reads of an incident found in a window."""
+
+    first: float | None              # its first and last time
+    last: float | None
+    untimed: bool                    # it holds an untimed event
+    date: str | None                 # the date it starts
+    host: str
 
 
 def first_window(day: str, reach: Reach, gap_s: float) -> Window:
     margin = reach.seconds + 3 * gap_s + 60.0
     return Window.around(day, 2 * margin, margin)
-
-
-def date_of(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return f"{datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=t):%Y-%m-%d}"

@@ -65,7 +65,7 @@ from .correlate_store import (
     window_mask,
 )
 from .correlate_local import LocalMatcher
-from .dayscope import Reach, Window, day_of, first_window
+from .dayscope import Reach, Span, Window, day_of, first_window
 from . import dayscope
 from .environment import Fingerprint, fingerprints
 from .schema import empty_events
@@ -695,21 +695,32 @@ class _Builder:
         """The skeletons of the incidents that start on `day` (and maybe others), found from a window around
         it, widened until it holds all that decides them (forensics.dayscope); their ids are final."""
         w: Window | None = first_window(day, self.reach, self.gap_s)
+        firsts: dict[str, float] | None = None
         for _ in range(dayscope.WIDENINGS + 1):
             assert w is not None
             skels = self.skeletons(w)
-            if w.holds([self._span(sk) for sk in skels]):
+            spans = [self._span(sk) for sk in skels]
+            if firsts is None and any(sp.untimed and sp.date == day for sp in spans):
+                firsts = self._first_significant()
+            if w.holds(spans, firsts):
                 return skels
-            w = w.wider()
+            w = w.wider(w.reach_back(spans, firsts))
         return self.skeletons()
 
-    def _span(self, sk: _Skeleton) -> tuple[float | None, float | None, bool, str | None]:
-        """(first time, last time, holds an untimed event, start date) of a skeleton, for Window.holds."""
+    def _first_significant(self) -> dict[str, float]:
+        """The time of each host's first significant timed event (the host incidents group it under)."""
+        df = (self.src.narrow.filter(pl.col("significant") & pl.col("t_us").is_not_null())
+              .group_by("part").agg(pl.col("t_us").min()))
+        return {p: t / 1e6 for p, t in zip(df["part"].to_list(), df["t_us"].to_list())}
+
+    def _span(self, sk: _Skeleton) -> Span:
+        """What Window.holds reads of a skeleton."""
         c, by_id = sk.cluster, self.src.by_id
         times = [t for t in (c.start, c.end, sk.t0, sk.t1) if t is not None]
         ids = {x for f in sk.ordered for x in f.event_ids} | sk.core_ids
         untimed = any(e.t is None for e in c.events) or any(by_id[x].t is None for x in ids if x in by_id)
-        return (min(times, default=None), max(times, default=None), untimed, sk.start[:10] if sk.start else None)
+        return Span(min(times, default=None), max(times, default=None), untimed,
+                    sk.start[:10] if sk.start else None, c.host)
 
     def skeletons(self, window: Window | None = None) -> list[_Skeleton]:
         """The incidents of the hosts whose events the builder holds (Prepared.kept: a host's incidents depend

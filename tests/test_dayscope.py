@@ -16,7 +16,7 @@ import forensics.dayscope as dayscope
 import forensics.incidents as incidents
 from forensics.correlate import load_correlations
 from forensics.correlate_store import NARROW_KEPT
-from forensics.dayscope import Reach, Window, day_of
+from forensics.dayscope import Reach, Span, Window, day_of
 from forensics.incidents import IncidentNotFound, build_incidents, find_incidents, incident_json, select_incidents
 
 
@@ -82,7 +82,7 @@ def test_a_days_incidents_from_its_window_are_the_stores(tmp_path: Path, monkeyp
     # 25th's incident, lies before the first window)
     windows.clear()
     find_incidents(store, ["2025-05-26"], full=False)
-    assert len(windows) >= 2 and all(w is not None for w in windows)
+    assert len(windows) == 2 and all(w is not None for w in windows)   # the second reaches back to the 25th
     pads = [w.day_start - w.lo for w in windows if w is not None]
     assert pads == sorted(pads) and pads[-1] > pads[0]
     untimed = [i for i in every if any(e.ts is None for e in i.events)]
@@ -93,7 +93,7 @@ def test_without_the_edge_checks_a_window_would_cut_incidents(tmp_path: Path, mo
     """The checks are what makes the window safe: holding every window as good gives other incidents."""
     store = store_from_timeline(tmp_path, _timeline(tmp_path))
     want = _js(select_incidents(build_incidents(store), "2025-05-26"))
-    monkeypatch.setattr(Window, "holds", lambda self, spans: True)
+    monkeypatch.setattr(Window, "holds", lambda self, spans, firsts=None: True)
     assert _js(find_incidents(store, ["2025-05-26"])) != want
 
 
@@ -126,14 +126,23 @@ def test_the_reach_of_the_built_in_correlations() -> None:
 def test_window_holds() -> None:
     w = Window.around("2025-05-26", 7200.0, 3600.0)
     d0 = w.day_start
-    assert w.holds([(d0 + 100, d0 + 200, False, "2025-05-26")])
-    assert not w.holds([(d0 + 100, d0 + 200, True, "2025-05-26")])          # an untimed event in the day's
-    assert w.holds([(d0 - 86400, d0 - 86000, True, "2025-05-25")])          # ... in another day's: harmless
-    assert not w.holds([(d0 + 80000, w.hi - 100, False, "2025-05-26")])     # reaches the far edge
-    assert w.holds([(d0 + 86400 + 10, w.hi - 100, False, "2025-05-27")])    # ... starting the next day
-    assert not w.holds([(w.lo + 10, d0 - 100, False, "2025-05-25")])        # from the near edge to the day
-    assert w.holds([(w.lo + 10, w.lo + 100, False, "2025-05-25")])
+
+    def sp(first: float, last: float, untimed: bool = False, date: str = "2025-05-26", host: str = "h") -> Span:
+        return Span(first, last, untimed, date, host)
+
+    assert w.holds([sp(d0 + 100, d0 + 200)])
+    assert not w.holds([sp(d0 + 100, d0 + 200, True)])                       # an untimed event in the day's
+    assert w.reach_back([sp(d0 + 100, d0 + 200, True)]) == -1e18 - 3600.0     # ... of a host with no first known
+    assert w.holds([sp(d0 + 100, d0 + 200, True)], {"h": d0 - 3000})          # ... whose first cluster is inside
+    assert not w.holds([sp(d0 + 100, d0 + 200, True)], {"h": d0 - 7000})      # ... too near the edge
+    assert w.reach_back([sp(d0 + 100, d0 + 200, True)], {"h": d0 - 7000}) == d0 - 7000 - 3600
+    assert w.holds([sp(d0 - 86400, d0 - 86000, True, "2025-05-25")])          # ... in another day's: harmless
+    assert not w.holds([sp(d0 + 80000, w.hi - 100)])                          # reaches the far edge
+    assert w.holds([sp(d0 + 86400 + 10, w.hi - 100, date="2025-05-27")])      # ... starting the next day
+    assert not w.holds([sp(w.lo + 10, d0 - 100, date="2025-05-25")])          # from the near edge to the day
+    assert w.holds([sp(w.lo + 10, w.lo + 100, date="2025-05-25")])
     assert w.wider().lo == d0 - 7200.0 * dayscope.GROWTH
+    assert w.wider(d0 - 86400 * 3).lo == d0 - 86400 * 3                       # back to what an untimed event needs
 
 
 # ----------------------------------------------------------------------------------------------------------
