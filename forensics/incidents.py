@@ -68,6 +68,7 @@ from .correlate_local import LocalMatcher
 from .dayscope import Reach, Span, Window, day_of, first_window
 from . import dayscope
 from .environment import Fingerprint, fingerprints
+from .record_tables import RecordTables, record_tables, unit_of_file
 from .schema import empty_events
 from .store import scan_files
 from .model import Conclusion, Confidence, Event, Evidence, Gap, Incident, SourceInfo, to_jsonable
@@ -175,8 +176,16 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
     sources = tuple(store.sources())
     event_files = store.files_of("events")
     raw = scan_files(event_files, empty_events())
-    profiles = _profiles(store)
-    rec = _record_hosts(profiles).sort("path", "host", nulls_last=True)
+
+    def tables() -> RecordTables:
+        profiles = _profiles(store)
+        rec = _record_hosts(profiles).sort("path", "host", nulls_last=True)
+        spans, units = _record_tables(profiles)
+        return RecordTables(hosts=rec, spans=spans, units=units,
+                            file_units=frozenset(known_units(profiles, [unit_of_file(p) for p in rec["path"].to_list()])))
+
+    kept_tables = record_tables(store, tables)
+    rec = kept_tables.hosts
     ev_hosts, ev_units = pl.collect_all([raw.select(pl.col("host").unique()),
                                          raw.select(pl.col("unit").drop_nulls().unique())])
     assumptions: list[tuple[str, Gap]] = []
@@ -219,7 +228,9 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
         others = [] if single else [p for p in hostless if pseudo[p] not in kept]
         wanted = (pl.col("host").is_in(sorted(p for p in kept if not p.startswith(UNKNOWN_HOST)))
                   | ((pl.col("host").is_null() | (pl.col("host") == "")) & ~pl.col("path").is_in(others)))
-    spans_df, units_df = _record_tables(profiles, wanted)
+    # (filtering the spans is filtering the records first: `wanted` reads their host and path, both span keys)
+    spans_df = kept_tables.spans if wanted is None else kept_tables.spans.filter(wanted)
+    units_df = kept_tables.units
     spans_df = spans_df.with_columns(fill_host.alias("host"))
     # -- units: a source whose systemd lines name one unit (`journalctl -u X`), or named after a unit
     # a journal whose systemd lines name one unit (`journalctl -u X`): its other journal lines are X's
@@ -230,8 +241,8 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
     # a file named after a unit (`sglang-k26.log` for sglang-k26.service): its lines are that unit's (a unit some
     # event or record names)
     paths = dict(zip(rec["source_id"].to_list(), rec["path"].to_list()))
-    cands = {sid: f"{PurePath(p).name.rsplit('.', 1)[0]}.service" for sid, p in paths.items()}
-    named_units = set(ev_units["unit"].to_list()) | known_units(profiles, list(cands.values()))
+    cands = {sid: unit_of_file(p) for sid, p in paths.items()}
+    named_units = set(ev_units["unit"].to_list()) | kept_tables.file_units
     file_unit: dict[str, str] = {}
     for sid, p in sorted(paths.items()):
         cand = cands[sid]

@@ -1,6 +1,6 @@
 """A day's incidents found from a window around the day are those of the whole store: the window widens while
-a cluster that reaches the day comes near its edges, or one of the day's incidents holds an untimed event; and
-the narrow frame of the events, kept in the store's cache, gives what computing it again gives."""
+a cluster that reaches the day comes near its edges, or reaches back when one of the day's incidents holds an
+untimed event."""
 
 from __future__ import annotations
 
@@ -8,14 +8,12 @@ import json
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import polars as pl
 import pytest
-from test_incidents import add_timeline, store_from_timeline
+from test_incidents import store_from_timeline
 
 import forensics.dayscope as dayscope
 import forensics.incidents as incidents
 from forensics.correlate import load_correlations
-from forensics.correlate_store import NARROW_KEPT
 from forensics.dayscope import Reach, Span, Window, day_of
 from forensics.incidents import IncidentNotFound, build_incidents, find_incidents, incident_json, select_incidents
 
@@ -143,58 +141,6 @@ def test_window_holds() -> None:
     assert w.holds([sp(w.lo + 10, w.lo + 100, date="2025-05-25")])
     assert w.wider().lo == d0 - 7200.0 * dayscope.GROWTH
     assert w.wider(d0 - 86400 * 3).lo == d0 - 86400 * 3                       # back to what an untimed event needs
-
-
-# ----------------------------------------------------------------------------------------------------------
-# the narrow frame in the cache
-
-
-def _narrows(store) -> list[Path]:  # noqa: ANN001
-    return sorted(store.cache_dir.glob("narrow~*.parquet"))
-
-
-def test_the_narrow_frame_is_kept_and_read_back(tmp_path: Path) -> None:
-    store = store_from_timeline(tmp_path, "seed_full.yaml")
-    first = _js(build_incidents(store))
-    files = _narrows(store)
-    assert len(files) == 1
-    again = _js(build_incidents(store))
-    assert again == first and _narrows(store) == files
-    # one host asked for: the kept frame filtered, the same incident
-    inc_id = json.loads(first[0])["id"]
-    assert _js(find_incidents(store, [inc_id])) == first[:1]
-    # a broken cache file is computed again (and replaced)
-    files[0].write_bytes(b"not parquet")
-    assert _js(build_incidents(store)) == first
-    assert pl.read_parquet(files[0]).height > 0
-
-
-def test_a_new_source_gets_a_new_narrow_frame(tmp_path: Path) -> None:
-    store = store_from_timeline(tmp_path, "seed_full.yaml")
-    before = [i.id for i in build_incidents(store)]
-    old = _narrows(store)
-    # the same store with one more source: its events are seen (the old frame is not reused)
-    extra = tmp_path / "extra.yaml"
-    extra.write_text("host: other\nevents:\n"
-                     "  - {at: '09:00:00', kind: segfault, unit: q.service, path: other.log,"
-                     " fields: {pid: 5, process: python3}}\n")
-    add_timeline(store, extra)
-    after = [i.id for i in build_incidents(store)]
-    assert "2025-05-25-other-q" in after and set(before) <= set(after)
-    assert set(_narrows(store)) - set(old)
-
-
-def test_old_narrow_frames_are_dropped(tmp_path: Path) -> None:
-    store = store_from_timeline(tmp_path, "seed_full.yaml")
-    build_incidents(store)
-    for i in range(NARROW_KEPT + 3):
-        p = store.cache_dir / f"narrow~{i:032x}.parquet"
-        p.write_bytes(b"x")
-    extra = tmp_path / "extra.yaml"
-    extra.write_text("host: other\nevents:\n  - {at: '09:00:00', kind: segfault, unit: q.service, path: o.log}\n")
-    add_timeline(store, extra)
-    build_incidents(store)
-    assert len(_narrows(store)) == NARROW_KEPT
 
 
 @pytest.mark.parametrize("spec", ["2025-05-25", "2025-05-25-h"])

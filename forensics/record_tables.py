@@ -1,0 +1,112 @@
+"""What incidents read of the records, from the sources' profiles, kept between queries.
+
+Every incident query starts from the same tables over every source's profile: the hosts of each file, the spans
+per (source, path, host, class of log, unit), the units each source's systemd lines name, and which of the
+units files are named after some record names. Grouping and sorting them takes a quarter of a second on a store
+of ten million records, and they change only when a records file does, so they are kept in the store's cache,
+named after the records files (name, size, time) and the profiles' version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+
+import polars as pl
+
+from . import profile
+
+VERSION = 1
+KEPT = 4                        # the newest tables kept in a store's cache
+
+
+@dataclass(frozen=True)
+class RecordTables:
+    hosts: pl.DataFrame          # (source_id, path, host) distinct, sorted by path, host
+    spans: pl.DataFrame          # every span (see incidents._record_tables), before hosts are filled
+    units: pl.DataFrame          # (source_id, unit list) named by each source's systemd lines
+    file_units: frozenset[str]   # the units named after a file (`x.log` -> `x.service`) that some record names
+
+
+def unit_of_file(path: str) -> str:
+    """The unit a file is named after: `sglang-k26.log` -> `sglang-k26.service`."""
+    return f"{PurePath(path).name.rsplit('.', 1)[0]}.service"
+
+
+def _key(store, source_ids: Sequence[str]) -> str | None:  # noqa: ANN001
+    h = hashlib.sha256(f"tables-v{VERSION}\0{profile._TAG}\0".encode())
+    for sid in source_ids:
+        try:
+            f = store.records_file(sid)
+            st = f.stat()
+        except (OSError, KeyError, IndexError):
+            return None
+        h.update(f"{sid}\0{f.name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:32]
+
+
+def _paths(cache_dir: Path, key: str) -> tuple[Path, Path, Path]:
+    base = f"tables~{key}"
+    return cache_dir / f"{base}.hosts.parquet", cache_dir / f"{base}.spans.parquet", cache_dir / f"{base}.units.json"
+
+
+def record_tables(store, compute: Callable[[], RecordTables]) -> RecordTables:  # noqa: ANN001 - store.Store
+    """The store's RecordTables: read from its cache when kept there, else `compute()`d (and kept when the store
+    is writable)."""
+    sids = list(dict.fromkeys(e.source_id for e in store.sources()))
+    key = _key(store, sids)
+    if key is None:
+        return compute()
+    hp, sp, up = _paths(store.cache_dir, key)
+    try:
+        raw = json.loads(up.read_text(encoding="utf-8"))
+        units = pl.DataFrame({"source_id": raw["source_id"], "unit": raw["unit"]},
+                             schema={"source_id": pl.String, "unit": pl.List(pl.String)})
+        return RecordTables(hosts=pl.read_parquet(hp), spans=pl.read_parquet(sp), units=units,
+                            file_units=frozenset(raw["file_units"]))
+    except (OSError, ValueError, KeyError, TypeError, pl.exceptions.PolarsError):  # not kept yet, or replaced
+        pass
+    t = compute()
+    _keep(t, hp, sp, up)
+    return t
+
+
+def _keep(t: RecordTables, hp: Path, sp: Path, up: Path) -> None:
+    tag = uuid.uuid4().hex
+    tmps = [p.with_name(f".{p.name}.{tag}.tmp") for p in (hp, sp, up)]
+    try:
+        hp.parent.mkdir(exist_ok=True)
+        t.hosts.write_parquet(tmps[0], compression="zstd", compression_level=1)
+        t.spans.write_parquet(tmps[1], compression="zstd", compression_level=1)
+        tmps[2].write_text(json.dumps({"source_id": t.units["source_id"].to_list(), "unit": t.units["unit"].to_list(),
+                                       "file_units": sorted(t.file_units)}), encoding="utf-8")
+        # the JSON last: a reader that finds it finds the frames of the same key
+        os.replace(tmps[0], hp)
+        os.replace(tmps[1], sp)
+        os.replace(tmps[2], up)
+    except OSError:  # a read-only store: answer without keeping them
+        for p in tmps:
+            with contextlib.suppress(OSError):
+                p.unlink(missing_ok=True)
+        return
+    keep = {hp.name, sp.name, up.name}
+
+    def mtime(p: Path) -> float:
+        try:
+            return p.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    others = sorted({p.name.split(".")[0] for p in hp.parent.glob("tables~*") if p.name not in keep})
+    stamps = sorted(others, key=lambda b: max((mtime(p) for p in hp.parent.glob(f"{b}.*")), default=0.0),
+                    reverse=True)
+    for base in stamps[KEPT - 1:]:
+        for p in hp.parent.glob(f"{base}.*"):
+            with contextlib.suppress(OSError):
+                p.unlink(missing_ok=True)

@@ -1,0 +1,115 @@
+"""What incident queries keep in a store's cache gives what computing it again gives: the events' narrow frame,
+the tables over the records' profiles, and the rules' texts (tests/test_rulepacks.py); each is named after what
+it derives from, so a new source or a changed file is seen, and a broken file is computed again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+from test_incidents import add_timeline, store_from_timeline
+
+from forensics import record_tables
+from forensics.correlate_store import NARROW_KEPT
+from forensics.incidents import build_incidents, find_incidents, incident_json
+
+
+def _js(incs: list) -> list[str]:
+    return [json.dumps(incident_json(i), sort_keys=True) for i in incs]
+
+
+def _narrows(store) -> list[Path]:  # noqa: ANN001
+    return sorted(store.cache_dir.glob("narrow~*.parquet"))
+
+
+def test_the_narrow_frame_is_kept_and_read_back(tmp_path: Path) -> None:
+    store = store_from_timeline(tmp_path, "seed_full.yaml")
+    first = _js(build_incidents(store))
+    files = _narrows(store)
+    assert len(files) == 1
+    again = _js(build_incidents(store))
+    assert again == first and _narrows(store) == files
+    # one host asked for: the kept frame filtered, the same incident
+    inc_id = json.loads(first[0])["id"]
+    assert _js(find_incidents(store, [inc_id])) == first[:1]
+    # a broken cache file is computed again (and replaced)
+    files[0].write_bytes(b"not parquet")
+    assert _js(build_incidents(store)) == first
+    assert pl.read_parquet(files[0]).height > 0
+
+
+def test_a_new_source_gets_a_new_narrow_frame(tmp_path: Path) -> None:
+    store = store_from_timeline(tmp_path, "seed_full.yaml")
+    before = [i.id for i in build_incidents(store)]
+    old = _narrows(store)
+    # the same store with one more source: its events are seen (the old frame is not reused)
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("host: other\nevents:\n"
+                     "  - {at: '09:00:00', kind: segfault, unit: q.service, path: other.log,"
+                     " fields: {pid: 5, process: python3}}\n")
+    add_timeline(store, extra)
+    after = [i.id for i in build_incidents(store)]
+    assert "2025-05-25-other-q" in after and set(before) <= set(after)
+    assert set(_narrows(store)) - set(old)
+
+
+def test_old_narrow_frames_are_dropped(tmp_path: Path) -> None:
+    store = store_from_timeline(tmp_path, "seed_full.yaml")
+    build_incidents(store)
+    for i in range(NARROW_KEPT + 3):
+        p = store.cache_dir / f"narrow~{i:032x}.parquet"
+        p.write_bytes(b"x")
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("host: other\nevents:\n  - {at: '09:00:00', kind: segfault, unit: q.service, path: o.log}\n")
+    add_timeline(store, extra)
+    build_incidents(store)
+    assert len(_narrows(store)) == NARROW_KEPT
+
+
+def _tables(store) -> list[Path]:  # noqa: ANN001
+    return sorted(store.cache_dir.glob("tables~*"))
+
+
+def test_the_record_tables_are_kept_and_read_back(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    store = store_from_timeline(tmp_path, "seed_full.yaml")
+    add_timeline(store, _other(tmp_path))
+    first = _js(build_incidents(store))
+    files = _tables(store)
+    assert len(files) == 3                       # hosts, spans, units
+    calls = [0]
+    compute = record_tables.record_tables
+
+    def counting(st, fn):  # noqa: ANN001, ANN202
+        def wrapped():  # noqa: ANN202
+            calls[0] += 1
+            return fn()
+        return compute(st, wrapped)
+
+    monkeypatch.setattr("forensics.incidents.record_tables", counting)
+    assert _js(build_incidents(store)) == first and calls[0] == 0      # read back, not computed
+    # one host asked for: the kept spans filtered by host, the same incidents as building every one
+    for inc in json.loads("[" + ",".join(first) + "]"):
+        assert _js(find_incidents(store, [inc["id"]])) == [json.dumps(inc, sort_keys=True)]
+    assert calls[0] == 0
+    # a broken file: computed again, the same
+    files[-1].write_text("{not json")
+    assert _js(build_incidents(store)) == first and calls[0] == 1
+
+
+def _other(tmp: Path) -> Path:
+    p = tmp / "other.yaml"
+    p.write_text("host: other\nevents:\n  - {at: '09:00:00', kind: segfault, unit: q.service, path: other.log,"
+                 " fields: {pid: 5, process: python3}}\n")
+    return p
+
+
+def test_a_new_source_gets_new_record_tables(tmp_path: Path) -> None:
+    store = store_from_timeline(tmp_path, "seed_full.yaml")
+    before = {i.id for i in build_incidents(store)}
+    old = set(_tables(store))
+    add_timeline(store, _other(tmp_path))
+    after = {i.id for i in build_incidents(store)}
+    assert after - before == {"2025-05-25-other-q"}
+    assert set(_tables(store)) - old
+    assert len({p.name.split(".")[0] for p in _tables(store)}) <= record_tables.KEPT
