@@ -381,12 +381,14 @@ class EventSource:
 # million events); its file is named by a digest of what it derives from (see incidents.prepare)
 NARROW_VERSION = 1
 NARROW_KEPT = 4                        # the newest narrow files kept in a store's cache
+# this module's own text is part of the name: a change to how the frame is computed cannot read an old one
+_CODE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
 def narrow_cache(cache_dir: Path, files: Sequence[Path], inputs: object) -> Path | None:
     """The cache file of the narrow frame of these events files (their names, sizes and times) read with these
     `inputs` (what fills the hosts and units, JSON-able); None when a file is gone."""
-    h = hashlib.sha256(f"narrow-v{NARROW_VERSION}\0".encode())
+    h = hashlib.sha256(f"narrow-v{NARROW_VERSION}\0{_CODE}\0{pl.__version__}\0".encode())
     try:
         for f in files:
             st = f.stat()

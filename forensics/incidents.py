@@ -18,6 +18,7 @@ name, and builds in full only the incidents asked for; the ids are those of `bui
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -74,6 +75,7 @@ from .store import scan_files
 from .model import Conclusion, Confidence, Event, Evidence, Gap, Incident, SourceInfo, to_jsonable
 
 DEFAULT_GAP_MINUTES = 15.0
+_CODE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]   # names the caches this module computes
 UNDATED_LINES = 500                    # untimed significant events this close in one source: one incident
 CONTEXT_KINDS = frozenset({"server_config", "server_ready", "server_start", "service_started", "boot"})
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -139,19 +141,17 @@ def _record_hosts(profiles: Sequence) -> pl.DataFrame:
     return pl.concat([*out, pl.DataFrame(schema=schema)], how="vertical_relaxed")
 
 
-def _record_tables(profiles: Sequence, hosts: pl.Expr | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _record_tables(profiles: Sequence) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(spans per source/host/class/unit, units named by each source's systemd lines), from each source's
     profile: its records counted per (source, path, host, ident, unit, format); the class of log is given to
-    those groups, and the spans are their sums (the format of a span is that of its first record). `hosts` (an
-    expression on the records' host and path) keeps the spans of some hosts only (the units named are every
-    host's)."""
+    those groups, and the spans are their sums (the format of a span is that of its first record). A filter on
+    the records' host and path is the same filter on the spans (both are span keys)."""
     spans: list[pl.DataFrame] = []
     units: list[pl.DataFrame] = []
     systemd = (pl.col("ident").fill_null("").str.starts_with("systemd") & pl.col("unit").is_not_null()
                & (pl.col("ident") != "systemd-journald"))
     for p in profiles:
-        sp = p.groups if hosts is None else p.groups.filter(hosts)
-        spans.append(sp.with_columns(_log_class().alias("log")).group_by("source_id", "path", "host", "log", "unit")
+        spans.append(p.groups.with_columns(_log_class().alias("log")).group_by("source_id", "path", "host", "log", "unit")
                      .agg(pl.col("format").sort_by("first_line").first(), pl.col("first").min(), pl.col("last").max(),
                           pl.col("records").sum().cast(pl.UInt32), pl.col("untimed").sum().cast(pl.UInt32)))
         units.append(p.groups.filter(systemd).group_by("source_id").agg(pl.col("unit").unique().sort()))
@@ -184,7 +184,7 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
         return RecordTables(hosts=rec, spans=spans, units=units,
                             file_units=frozenset(known_units(profiles, [unit_of_file(p) for p in rec["path"].to_list()])))
 
-    kept_tables = record_tables(store, tables)
+    kept_tables = record_tables(store, tables, _CODE)
     rec = kept_tables.hosts
     ev_hosts, ev_units = pl.collect_all([raw.select(pl.col("host").unique()),
                                          raw.select(pl.col("unit").drop_nulls().unique())])

@@ -39,8 +39,8 @@ def unit_of_file(path: str) -> str:
     return f"{PurePath(path).name.rsplit('.', 1)[0]}.service"
 
 
-def _key(store, source_ids: Sequence[str]) -> str | None:  # noqa: ANN001
-    h = hashlib.sha256(f"tables-v{VERSION}\0{profile._TAG}\0".encode())
+def _key(store, source_ids: Sequence[str], code: str) -> str | None:  # noqa: ANN001
+    h = hashlib.sha256(f"tables-v{VERSION}\0{profile._TAG}\0{code}\0".encode())
     for sid in source_ids:
         try:
             f = store.records_file(sid)
@@ -56,11 +56,11 @@ def _paths(cache_dir: Path, key: str) -> tuple[Path, Path, Path]:
     return cache_dir / f"{base}.hosts.parquet", cache_dir / f"{base}.spans.parquet", cache_dir / f"{base}.units.json"
 
 
-def record_tables(store, compute: Callable[[], RecordTables]) -> RecordTables:  # noqa: ANN001 - store.Store
+def record_tables(store, compute: Callable[[], RecordTables], code: str = "") -> RecordTables:  # noqa: ANN001
     """The store's RecordTables: read from its cache when kept there, else `compute()`d (and kept when the store
-    is writable)."""
+    is writable). `code` names the code that computes them (a digest of it: a change cannot read old tables)."""
     sids = list(dict.fromkeys(e.source_id for e in store.sources()))
-    key = _key(store, sids)
+    key = _key(store, sids, code)
     if key is None:
         return compute()
     hp, sp, up = _paths(store.cache_dir, key)

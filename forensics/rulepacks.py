@@ -1030,7 +1030,8 @@ def rule_texts(cache_dir: Path | None = None, env: Mapping[str, str] | None = No
     """The RuleTexts of the packs in force: read from `cache_dir` when kept there, else from the packs
     (kept when `cache_dir` is writable). Raises RulePackError as load_rules does."""
     _, errors, key = _layers((), True, env)
-    digest = hashlib.sha256(json.dumps([TEXTS_VERSION, key], default=str).encode()).hexdigest()[:32]
+    code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]   # how the packs are read
+    digest = hashlib.sha256(json.dumps([TEXTS_VERSION, code, key], default=str).encode()).hexdigest()[:32]
     path = cache_dir / f"rules~{digest}.json" if cache_dir is not None and not errors else None
     if path is not None:
         try:

@@ -80,11 +80,11 @@ def test_the_record_tables_are_kept_and_read_back(tmp_path: Path, monkeypatch) -
     calls = [0]
     compute = record_tables.record_tables
 
-    def counting(st, fn):  # noqa: ANN001, ANN202
+    def counting(st, fn, code=""):  # noqa: ANN001, ANN202
         def wrapped():  # noqa: ANN202
             calls[0] += 1
             return fn()
-        return compute(st, wrapped)
+        return compute(st, wrapped, code)
 
     monkeypatch.setattr("forensics.incidents.record_tables", counting)
     assert _js(build_incidents(store)) == first and calls[0] == 0      # read back, not computed
@@ -113,3 +113,17 @@ def test_a_new_source_gets_new_record_tables(tmp_path: Path) -> None:
     assert after - before == {"2025-05-25-other-q"}
     assert set(_tables(store)) - old
     assert len({p.name.split(".")[0] for p in _tables(store)}) <= record_tables.KEPT
+
+
+def test_other_code_does_not_read_the_kept_frames(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The code that computes a cache is part of its name: after an upgrade the old files are not read."""
+    import forensics.correlate_store as cs
+    import forensics.incidents as inc
+
+    store = store_from_timeline(tmp_path, "seed_full.yaml")
+    first = _js(build_incidents(store))
+    narrow, tables = set(_narrows(store)), set(_tables(store))
+    monkeypatch.setattr(cs, "_CODE", "another version")
+    monkeypatch.setattr(inc, "_CODE", "another version")
+    assert _js(build_incidents(store)) == first
+    assert set(_narrows(store)) - narrow and set(_tables(store)) - tables
