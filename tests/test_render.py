@@ -312,3 +312,21 @@ def test_even_growth_takes_a_few_renders() -> None:
     got = _largest(0, 999, render, 20_000, 1000 + 37 * 1000)
     assert got is not None and len(got) == 1000 + 37 * ((20_000 - 1000) // 37)
     assert len(calls) <= 4, calls
+
+
+def test_the_compiled_templates_cache_is_only_a_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reports are the same with Jinja's cache of compiled templates filled, broken, or absent."""
+    from forensics.render import templates
+
+    inc = seed_incident()
+    monkeypatch.setattr(templates, "_BYTECODE", [None])
+    want, want_html = render_report([inc], "md", OPTS), render_report([inc], "html", OPTS)
+    monkeypatch.setattr(templates, "_BYTECODE", [templates._QuietCache(str(tmp_path))])
+    assert render_report([inc], "md", OPTS) == want          # compiles and fills the cache
+    files = list(tmp_path.iterdir())
+    assert files
+    assert render_report([inc], "md", OPTS) == want          # read back
+    for f in files:
+        f.write_bytes(b"not bytecode")
+    assert render_report([inc], "md", OPTS) == want
+    assert render_report([inc], "html", OPTS) == want_html

@@ -11,12 +11,14 @@ way both kinds are rendered.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from jinja2 import BaseLoader, BytecodeCache, ChoiceLoader, Environment, FileSystemBytecodeCache, FileSystemLoader, \
     StrictUndefined
+from jinja2.bccache import Bucket
 
 from forensics.render.mdsafe import Md, bold, code, fence, inline, prose
 from forensics.render.sandbox import BoundedSandbox, ConfinedLoader, Limits, render_bounded
@@ -45,14 +47,28 @@ def _loader(user_dir: Path | None) -> BaseLoader:
 _BYTECODE: list[BytecodeCache | None] = []
 
 
+class _QuietCache(FileSystemBytecodeCache):
+    """Jinja's file cache of compiled templates, where a file that cannot be read or written means compiling."""
+
+    def load_bytecode(self, bucket: Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except (OSError, ValueError, EOFError):
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: Bucket) -> None:
+        with contextlib.suppress(OSError):
+            super().dump_bytecode(bucket)
+
+
 def _bytecode_cache() -> BytecodeCache | None:
-    """Jinja's cache of compiled templates (in the user's temporary directory, keyed by each template's
-    source): compiling the built-in templates takes a sixth of a second of every report. None when it cannot
-    be made."""
+    """Jinja's cache of compiled templates (in the user's own temporary directory, which Jinja checks is private,
+    keyed by each template's source): compiling the built-in templates takes a sixth of a second of every
+    report. None when it cannot be made."""
     if not _BYTECODE:
         try:
-            _BYTECODE.append(FileSystemBytecodeCache())
-        except OSError:  # no usable temporary directory: compile every time
+            _BYTECODE.append(_QuietCache())
+        except (OSError, RuntimeError):  # no private temporary directory: compile every time
             _BYTECODE.append(None)
     return _BYTECODE[0]
 
