@@ -13,19 +13,18 @@ events: the same EventViews (ids, seq, entities), the same primaries and copies.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
 import sys
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
 
+from .cachefiles import generation, prune, write_atomic
 from .correlate import SYSTEMD_KINDS, Correlation, EventView, views
 from .schema import EVENT_SCHEMA
 
@@ -314,7 +313,7 @@ class EventSource:
         seq = self.narrow.select("_row", "_seq", "t_us")
         span = seq.filter(pl.col("_row").is_in(want.implode())).select(
             pl.col("t_us").min().alias("lo"), pl.col("t_us").max().alias("hi"), pl.col("t_us").is_null().any().alias("n"))
-        lo, hi, untimed = span.row(0) if span.height else (None, None, True)
+        lo, hi, untimed = span.row(0)
         cond = pl.col("_row").is_in(want.implode())
         if lo is not None and hi is not None:
             ts = pl.col("ts")
@@ -407,27 +406,9 @@ def _read_narrow(path: Path) -> pl.DataFrame | None:
 
 
 def _keep_narrow(df: pl.DataFrame, path: Path) -> None:
-    """Write the narrow frame atomically, and drop all but the newest NARROW_KEPT others (a read-only store
-    keeps nothing)."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        path.parent.mkdir(exist_ok=True)
-        df.write_parquet(tmp, compression="zstd", compression_level=1)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        return
-    def mtime(p: Path) -> float:
-        try:
-            return p.stat().st_mtime
-        except OSError:
-            return 0.0
-
-    others = sorted((p for p in path.parent.glob("narrow~*.parquet") if p != path), key=mtime, reverse=True)
-    for p in others[NARROW_KEPT - 1:]:
-        with contextlib.suppress(OSError):
-            p.unlink(missing_ok=True)
+    """Keep the narrow frame, and only the newest NARROW_KEPT of them."""
+    if write_atomic([(path, lambda tmp: df.write_parquet(tmp, compression="zstd", compression_level=1))]):
+        prune(path.parent, "narrow", generation(path), NARROW_KEPT)
 
 
 def us(t: float) -> int:

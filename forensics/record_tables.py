@@ -9,11 +9,8 @@ named after the records files (name, size, time) and the profiles' version.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -21,6 +18,7 @@ from pathlib import Path, PurePath
 import polars as pl
 
 from . import profile
+from .cachefiles import generation, prune, write_atomic
 
 VERSION = 1
 KEPT = 4                        # the newest tables kept in a store's cache
@@ -78,35 +76,10 @@ def record_tables(store, compute: Callable[[], RecordTables], code: str = "") ->
 
 
 def _keep(t: RecordTables, hp: Path, sp: Path, up: Path) -> None:
-    tag = uuid.uuid4().hex
-    tmps = [p.with_name(f".{p.name}.{tag}.tmp") for p in (hp, sp, up)]
-    try:
-        hp.parent.mkdir(exist_ok=True)
-        t.hosts.write_parquet(tmps[0], compression="zstd", compression_level=1)
-        t.spans.write_parquet(tmps[1], compression="zstd", compression_level=1)
-        tmps[2].write_text(json.dumps({"source_id": t.units["source_id"].to_list(), "unit": t.units["unit"].to_list(),
-                                       "file_units": sorted(t.file_units)}), encoding="utf-8")
-        # the JSON last: a reader that finds it finds the frames of the same key
-        os.replace(tmps[0], hp)
-        os.replace(tmps[1], sp)
-        os.replace(tmps[2], up)
-    except OSError:  # a read-only store: answer without keeping them
-        for p in tmps:
-            with contextlib.suppress(OSError):
-                p.unlink(missing_ok=True)
-        return
-    keep = {hp.name, sp.name, up.name}
-
-    def mtime(p: Path) -> float:
-        try:
-            return p.stat().st_mtime
-        except OSError:
-            return 0.0
-
-    others = sorted({p.name.split(".")[0] for p in hp.parent.glob("tables~*") if p.name not in keep})
-    stamps = sorted(others, key=lambda b: max((mtime(p) for p in hp.parent.glob(f"{b}.*")), default=0.0),
-                    reverse=True)
-    for base in stamps[KEPT - 1:]:
-        for p in hp.parent.glob(f"{base}.*"):
-            with contextlib.suppress(OSError):
-                p.unlink(missing_ok=True)
+    units = json.dumps({"source_id": t.units["source_id"].to_list(), "unit": t.units["unit"].to_list(),
+                        "file_units": sorted(t.file_units)})
+    # the JSON last: a reader that finds it finds the frames of the same key
+    if write_atomic([(hp, lambda tmp: t.hosts.write_parquet(tmp, compression="zstd", compression_level=1)),
+                     (sp, lambda tmp: t.spans.write_parquet(tmp, compression="zstd", compression_level=1)),
+                     (up, lambda tmp: tmp.write_text(units, encoding="utf-8"))]):
+        prune(hp.parent, "tables", generation(hp), KEPT)

@@ -50,7 +50,6 @@ Pack file (see `rules/systemd.yaml` for a full example):
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import hashlib
 import json
@@ -67,6 +66,7 @@ from typing import Any
 import regex
 import yaml
 
+from .cachefiles import generation, prune, write_atomic
 from .literals import MIN_LITERAL, derive_literals
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "rules"
@@ -1049,27 +1049,10 @@ def rule_texts(cache_dir: Path | None = None, env: Mapping[str, str] | None = No
 
 
 def _keep_texts(t: RuleTexts, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(t)}.tmp")
-    try:
-        path.parent.mkdir(exist_ok=True)
-        tmp.write_text(json.dumps({"texts": {k: [e, list(n)] for k, (e, n) in sorted(t.texts.items())},
-                                   "versions": [list(v) for v in t.versions]}, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:  # a read-only store: answer without keeping them
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        return
-    others = sorted((p for p in path.parent.glob("rules~*.json") if p != path), key=_mtime, reverse=True)
-    for p in others[TEXTS_KEPT - 1:]:
-        with contextlib.suppress(OSError):
-            p.unlink(missing_ok=True)
-
-
-def _mtime(p: Path) -> float:
-    try:
-        return p.stat().st_mtime
-    except OSError:
-        return 0.0
+    text = json.dumps({"texts": {k: [e, list(n)] for k, (e, n) in sorted(t.texts.items())},
+                       "versions": [list(v) for v in t.versions]}, ensure_ascii=False)
+    if write_atomic([(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))]):
+        prune(path.parent, "rules", generation(path), TEXTS_KEPT)
 
 
 def _stamp(f: Path) -> tuple[str]:

@@ -127,3 +127,28 @@ def test_other_code_does_not_read_the_kept_frames(tmp_path: Path, monkeypatch) -
     monkeypatch.setattr(inc, "_CODE", "another version")
     assert _js(build_incidents(store)) == first
     assert set(_narrows(store)) - narrow and set(_tables(store)) - tables
+
+
+def test_cache_files_are_written_whole_and_pruned_by_generation(tmp_path: Path) -> None:
+    import os
+    import time
+
+    from forensics.cachefiles import generation, prune, write_atomic
+
+    d = tmp_path / "cache"
+    # a writer that fails: nothing is left behind, not even the parts written before it
+    def boom(tmp: Path) -> None:
+        raise OSError("disk full")
+
+    assert not write_atomic([(d / "t~a.one.parquet", lambda tmp: tmp.write_text("1")), (d / "t~a.two.json", boom)])
+    assert list(d.iterdir()) == []
+    # generations of several files each: the newest `kept` stay, the current one whatever its time
+    for i, key in enumerate("abcdef"):
+        assert write_atomic([(d / f"t~{key}.one.parquet", lambda tmp: tmp.write_text("1")),
+                             (d / f"t~{key}.two.json", lambda tmp: tmp.write_text("2"))])
+        for p in d.glob(f"t~{key}.*"):
+            os.utime(p, (time.time() + i, time.time() + i))
+    (d / "other~x.parquet").write_text("kept: another family")
+    prune(d, "t", "t~a", 3)
+    assert sorted({generation(p) for p in d.iterdir()}) == ["other~x", "t~a", "t~e", "t~f"]
+    assert generation(d / "t~e.one.parquet") == "t~e"

@@ -1,0 +1,60 @@
+"""Files kept in a store's cache directory (`profiles/`): written atomically, and only a few generations kept.
+
+A generation is the files of one key, `<family>~<key>.<part>...` (the key a digest of what they derive from).
+A reader that finds a file finds it whole (written under a temporary name, then renamed); a read-only store keeps
+nothing and answers all the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+def write_atomic(files: Sequence[tuple[Path, Callable[[Path], object]]]) -> bool:
+    """Write each (path, writer) by `writer(temporary path)`, then rename them into place in the given order (the
+    one readers look for last); False, leaving nothing behind, when the directory cannot be written."""
+    if not files:
+        return True
+    tag = uuid.uuid4().hex
+    tmps = [p.with_name(f".{p.name}.{tag}.tmp") for p, _ in files]
+    try:
+        files[0][0].parent.mkdir(exist_ok=True)
+        for (_, write), tmp in zip(files, tmps):
+            write(tmp)
+        for (path, _), tmp in zip(files, tmps):
+            os.replace(tmp, path)
+    except OSError:
+        for tmp in tmps:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def generation(path: Path) -> str:
+    """`narrow~KEY.parquet`, `tables~KEY.spans.parquet` -> the generation `narrow~KEY`, `tables~KEY`."""
+    return path.name.split(".")[0]
+
+
+def prune(directory: Path, family: str, current: str, kept: int) -> None:
+    """Drop all but the newest `kept` generations of `family` (by their files' times; `current` is kept)."""
+    newest: dict[str, float] = {}
+    for p in directory.glob(f"{family}~*"):
+        g = generation(p)
+        newest[g] = max(newest.get(g, 0.0), _mtime(p))
+    old = sorted((g for g in newest if g != current), key=lambda g: newest[g], reverse=True)[max(kept - 1, 0):]
+    for g in old:
+        for p in directory.glob(f"{g}.*"):
+            with contextlib.suppress(OSError):
+                p.unlink(missing_ok=True)
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return 0.0
