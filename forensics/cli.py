@@ -154,7 +154,7 @@ def sources(ctx: click.Context, as_json: bool) -> None:
 def timeline(ctx: click.Context, since: str | None, until: str | None, host: str | None, unit: str | None,
              pattern: str | None, tz: str, as_json: bool, out_format: str) -> None:
     """The merged chronological view of every source, with path:line on every row."""
-    from .query import timeline_frame
+    from .query import timeline_frame, timeline_stream
 
     if pattern is not None:
         try:
@@ -162,8 +162,22 @@ def timeline(ctx: click.Context, since: str | None, until: str | None, host: str
         except Exception as e:  # polars' regex engine: no look-around, no back-references
             raise click.BadParameter(f"{pattern!r} is not a regular expression polars can run ({e}); "
                                      f"look-around and back-references are not supported", param_hint="--grep")
-    df = timeline_frame(get_store(ctx), parse_when(since, tz), parse_when(until, tz), host, unit, pattern)
-    _write(df, "json" if as_json else out_format, "records")
+    fmt = "json" if as_json else out_format
+    lo, hi = parse_when(since, tz), parse_when(until, tz)
+    if lo is not None and hi is not None and fmt in ("table", "json", "jsonl", "csv"):
+        _write_stream(timeline_stream(get_store(ctx), lo, hi, host, unit, pattern), fmt)
+        return
+    _write(timeline_frame(get_store(ctx), lo, hi, host, unit, pattern), fmt, "records")
+
+
+def _write_stream(tl, fmt: str) -> None:  # noqa: ANN001 - a query.TimelineStream
+    """A bounded timeline a window at a time (the same text as `_write` of the whole of it)."""
+    from .export import table_widths, write_record_stream, write_record_table
+
+    if fmt == "table":
+        write_record_table(tl.frames, sys.stdout, table_widths(tl.longest_host, tl.longest_ident))
+    else:
+        write_record_stream(tl.frames, fmt, sys.stdout)
 
 
 def _write(df: pl.DataFrame, fmt: str, kind: str) -> None:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import polars as pl
 
 from .store import Store
 
 
-def timeline_frame(store: Store, since: datetime | None = None, until: datetime | None = None,
-                   host: str | None = None, unit: str | None = None, pattern: str | None = None) -> pl.DataFrame:
-    """Records in time order (untimed records last, in file order), filtered."""
+def _filtered(store: Store, since: datetime | None, until: datetime | None, host: str | None, unit: str | None,
+              pattern: str | None) -> pl.LazyFrame:
     lf = store.records(_overlapping(store, since, until) if since or until else None)
     if since is not None:
         lf = lf.filter(pl.col("ts") >= since)
@@ -23,10 +24,60 @@ def timeline_frame(store: Store, since: datetime | None = None, until: datetime 
         lf = lf.filter(pl.col("unit") == unit)
     if pattern:
         lf = lf.filter(pl.col("message").str.contains(pattern))
+    return lf
+
+
+def timeline_frame(store: Store, since: datetime | None = None, until: datetime | None = None,
+                   host: str | None = None, unit: str | None = None, pattern: str | None = None) -> pl.DataFrame:
+    """Records in time order (untimed records last, in file order), filtered."""
     # sorting the keys and gathering the rows of one contiguous frame is several times faster than sorting the
     # frame of many row-group chunks that the scan returns
-    df = lf.collect().rechunk()
+    df = _filtered(store, since, until, host, unit, pattern).collect().rechunk()
     return df[df.select(pl.arg_sort_by(["ts", "path", "line"], nulls_last=True)).to_series()]
+
+
+WINDOW = timedelta(hours=1)      # a long timeline is read this much at a time ...
+MAX_WINDOWS = 48                 # ... or in this many windows, when that is longer
+
+
+@dataclass(frozen=True)
+class TimelineStream:
+    """A timeline read a window at a time: `frames` (in order; their concatenation is `timeline_frame` of the
+    whole span), and what printing it needs to know first: how many records, the longest host and ident."""
+
+    rows: int
+    longest_host: int | None
+    longest_ident: int | None
+    frames: Iterator[pl.DataFrame]
+
+
+def timeline_windows(since: datetime, until: datetime) -> list[tuple[datetime, datetime]]:
+    """[since, until) cut into windows of WINDOW, or into MAX_WINDOWS equal ones when that is longer."""
+    if until <= since:
+        return []
+    step = max(WINDOW, (until - since) / MAX_WINDOWS)
+    out, t = [], since
+    while t < until:
+        out.append((t, min(t + step, until)))
+        t = out[-1][1]
+    return out
+
+
+def timeline_stream(store: Store, since: datetime, until: datetime, host: str | None = None,
+                    unit: str | None = None, pattern: str | None = None) -> TimelineStream:
+    """The timeline of [since, until) a window at a time: records are ordered by time first, so each window's
+    records, in order, follow the previous window's (memory holds one window, and the first rows come at once)."""
+    lf = _filtered(store, since, until, host, unit, pattern)
+    stats = lf.select(pl.len().alias("n"),
+                      *(pl.col(c).cast(pl.String).str.len_chars().max().alias(c) for c in ("host", "ident"))).collect()
+    n, h, i = stats.row(0)
+
+    def frames() -> Iterator[pl.DataFrame]:
+        for a, b in timeline_windows(since, until):
+            yield timeline_frame(store, a, b, host, unit, pattern)
+
+    return TimelineStream(rows=int(n), longest_host=None if h is None else int(h),
+                          longest_ident=None if i is None else int(i), frames=frames())
 
 
 def _overlapping(store: Store, since: datetime | None, until: datetime | None) -> list[str]:

@@ -1,0 +1,95 @@
+"""A bounded timeline printed a window at a time is the text of printing it whole, in every streamed format."""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import forensics.query as query
+from forensics.cli import main
+from forensics.export import write_rows
+from forensics.query import timeline_frame, timeline_stream, timeline_windows
+from forensics.store import Store
+
+UTC = timezone.utc
+
+
+def _log(tmp: Path) -> Path:
+    """Two hosts' journals over three hours, lines on window edges, an odd row (a control character), the same
+    second in both files, a multi-line record."""
+    lines_a, lines_b = [], []
+    t = datetime(2025, 5, 25, 20, 0, 0)
+    for i in range(180):
+        at = t + timedelta(minutes=i)
+        lines_a.append(f"{at:%b %d %H:%M:%S} gpu1 app[{i + 10}]: step {i} value={i * 7}")
+        if i % 3 == 0 and i >= 120:      # the long host name only in the last hour: the widths are the whole span's
+            lines_b.append(f"{at:%b %d %H:%M:%S} gpu2-with-a-much-longer-name kubelet[99]: probe {i}")
+    lines_a.append("May 25 21:30:00 gpu1 app[5]: odd \x07 bell")
+    a, b = tmp / "a.log", tmp / "b.log"
+    a.write_text("\n".join(lines_a) + "\n")
+    b.write_text("\n".join(lines_b) + "\n")
+    return tmp
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Store:
+    d = _log(tmp_path)
+    r = CliRunner().invoke(main, ["--store", str(tmp_path / "st"), "ingest", "--year", "2025",
+                                  str(d / "a.log"), str(d / "b.log")])
+    assert r.exit_code == 0, r.output
+    return Store(tmp_path / "st")
+
+
+@pytest.mark.parametrize("window", [timedelta(minutes=7), timedelta(minutes=60), timedelta(hours=5)])
+@pytest.mark.parametrize("fmt", ["table", "jsonl", "json", "csv"])
+def test_streamed_timeline_is_the_whole_ones_text(store: Store, monkeypatch, window: timedelta,  # noqa: ANN001
+                                                  fmt: str) -> None:
+    monkeypatch.setattr(query, "WINDOW", window)
+    since, until = datetime(2025, 5, 25, 20, 10, tzinfo=UTC), datetime(2025, 5, 25, 22, 40, tzinfo=UTC)
+    whole = io.StringIO()
+    write_rows(timeline_frame(store, since, until), fmt, whole, "records")
+    r = CliRunner().invoke(main, ["--store", str(store.path), "timeline", "--since", "2025-05-25 20:10",
+                                  "--until", "2025-05-25 22:40", "--format", fmt])
+    assert r.exit_code == 0, r.output
+    assert r.output == whole.getvalue()
+    assert "\\x07" in r.output or fmt != "table"
+    # with a filter, and with nothing in the span
+    for extra in (["--host", "gpu2-with-a-much-longer-name"], ["--grep", "step 1[0-9]$"]):
+        whole = io.StringIO()
+        host = extra[1] if extra[0] == "--host" else None
+        pattern = extra[1] if extra[0] == "--grep" else None
+        write_rows(timeline_frame(store, since, until, host=host, pattern=pattern), fmt, whole, "records")
+        r = CliRunner().invoke(main, ["--store", str(store.path), "timeline", "--since", "2025-05-25 20:10",
+                                      "--until", "2025-05-25 22:40", "--format", fmt, *extra])
+        assert r.exit_code == 0 and r.output == whole.getvalue()
+    empty = io.StringIO()
+    write_rows(timeline_frame(store, datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 1, 2, tzinfo=UTC)), fmt, empty,
+               "records")
+    r = CliRunner().invoke(main, ["--store", str(store.path), "timeline", "--since", "2024-01-01",
+                                  "--until", "2024-01-02", "--format", fmt])
+    assert r.exit_code == 0 and r.output == empty.getvalue()
+
+
+def test_the_windows_cover_the_span_once(monkeypatch) -> None:  # noqa: ANN001
+    a, b = datetime(2025, 5, 25, 20, 10, tzinfo=UTC), datetime(2025, 5, 25, 23, 0, tzinfo=UTC)
+    w = timeline_windows(a, b)
+    assert w[0][0] == a and w[-1][1] == b and all(x[1] == y[0] for x, y in zip(w, w[1:]))
+    assert [y - x for x, y in w[:-1]] == [query.WINDOW] * (len(w) - 1)
+    long = timeline_windows(a, a + timedelta(days=30))
+    assert len(long) == query.MAX_WINDOWS
+    assert timeline_windows(b, a) == []
+
+
+def test_the_stream_counts_and_measures_what_it_prints(store: Store) -> None:
+    since, until = datetime(2025, 5, 25, 20, 0, tzinfo=UTC), datetime(2025, 5, 25, 23, 0, tzinfo=UTC)
+    tl = timeline_stream(store, since, until)
+    frames = list(tl.frames)
+    whole = timeline_frame(store, since, until)
+    assert tl.rows == whole.height == sum(f.height for f in frames) and len(frames) == 3
+    assert "gpu2-with-a-much-longer-name" not in frames[0]["host"].to_list()
+    assert tl.longest_host == len("gpu2-with-a-much-longer-name")
+    assert [m for f in frames for m in f["message"].to_list()] == whole["message"].to_list()
