@@ -15,6 +15,7 @@ exec: it stays root, but file modes apply to it. Where that is impossible the un
 from __future__ import annotations
 
 import base64
+import contextlib
 import ctypes
 import gzip
 import io
@@ -22,6 +23,7 @@ import json
 import os
 import random
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -77,22 +79,50 @@ def cli(store: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "forensics.cli", "--store", str(store), *args]
 
 
+# Runs a command as its own child and writes the child's peak RSS (KiB) to fd argv[1], exiting as the child did.
+# A process's ru_maxrss counts the image it was forked from (Linux keeps the high-water mark across exec), so a
+# CLI forked straight from pytest would be charged pytest's own memory; forked from this small process, it is not.
+_MEASURE = """
+import os, signal, sys
+fd, cmd = int(sys.argv[1]), sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    os.execvp(cmd[0], cmd)
+_, status, usage = os.wait4(pid, 0)
+os.write(fd, str(usage.ru_maxrss).encode())
+if os.WIFSIGNALED(status):
+    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+    os.kill(os.getpid(), os.WTERMSIG(status))
+os._exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_cli(store: Path, *args: str, drop_dac: bool = False, timeout: float = 900, cwd: Path | None = None,
             env: dict | None = None) -> Run:
-    """Run the CLI; return its exit status, output and peak RSS (MiB, from wait4's rusage)."""
+    """Run the CLI; return its exit status, output and peak RSS (MiB, from wait4's rusage, measured by a small
+    parent: see _MEASURE)."""
+    rfd, wfd = os.pipe()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(cli(store, *args), stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd,
-                             preexec_fn=_drop_dac if drop_dac and os.geteuid() == 0 else None,
-                             env={**os.environ, **(env or {})})
         try:
-            _, status, usage = _wait4(p, timeout)
+            p = subprocess.Popen([sys.executable, "-c", _MEASURE, str(wfd), *cli(store, *args)], stdout=out,
+                                 stderr=err, stdin=subprocess.DEVNULL, cwd=cwd, pass_fds=(wfd,),
+                                 start_new_session=True,
+                                 preexec_fn=_drop_dac if drop_dac and os.geteuid() == 0 else None,
+                                 env={**os.environ, **(env or {})})
+        finally:
+            os.close(wfd)
+        try:
+            _, status, _usage = _wait4(p, timeout)
         finally:
             if p.poll() is None:
-                p.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+        with os.fdopen(rfd, "rb") as fh:
+            peak = fh.read().decode() or "0"
         out.seek(0)
         err.seek(0)
         return Run(os.waitstatus_to_exitcode(status), out.read().decode("utf-8", "replace"),
-                   err.read().decode("utf-8", "replace"), usage.ru_maxrss / 1024)
+                   err.read().decode("utf-8", "replace"), int(peak) / 1024)
 
 
 def _wait4(p: subprocess.Popen, timeout: float):  # noqa: ANN202
@@ -103,6 +133,8 @@ def _wait4(p: subprocess.Popen, timeout: float):  # noqa: ANN202
             p.returncode = os.waitstatus_to_exitcode(status)
             return pid, status, usage
         if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)     # the measuring parent and the CLI under it
             p.kill()
             raise TimeoutError(f"{p.args} still running after {timeout} s")
         time.sleep(0.05)
