@@ -175,7 +175,8 @@ def _write_stream(tl, fmt: str) -> None:  # noqa: ANN001 - a query.TimelineStrea
     from .export import table_widths, write_record_stream, write_record_table
 
     if fmt == "table":
-        write_record_table(tl.frames, sys.stdout, table_widths(tl.longest_host, tl.longest_ident))
+        _, host_len, ident_len = tl.widths()
+        write_record_table(tl.frames, sys.stdout, table_widths(host_len, ident_len))
     else:
         write_record_stream(tl.frames, fmt, sys.stdout)
 

@@ -43,12 +43,19 @@ MAX_WINDOWS = 48                 # ... or in this many windows, when that is lon
 @dataclass(frozen=True)
 class TimelineStream:
     """A timeline read a window at a time: `frames` (in order; their concatenation is `timeline_frame` of the
-    whole span), and what printing it needs to know first: how many records, the longest host and ident."""
+    whole span). `widths()` reads what a table needs to know first: how many records, the longest host and
+    ident (one more pass over the span, only when asked for)."""
 
-    rows: int
-    longest_host: int | None
-    longest_ident: int | None
     frames: Iterator[pl.DataFrame]
+    _whole: pl.LazyFrame
+
+    def widths(self) -> tuple[int, int | None, int | None]:
+        """(records, longest host, longest ident) of the whole span."""
+        stats = self._whole.select(
+            pl.len().alias("n"), *(pl.col(c).cast(pl.String).str.len_chars().max().alias(c) for c in ("host", "ident"))
+        ).collect()
+        n, h, i = stats.row(0)
+        return int(n), None if h is None else int(h), None if i is None else int(i)
 
 
 def timeline_windows(since: datetime, until: datetime) -> list[tuple[datetime, datetime]]:
@@ -67,17 +74,12 @@ def timeline_stream(store: Store, since: datetime, until: datetime, host: str | 
                     unit: str | None = None, pattern: str | None = None) -> TimelineStream:
     """The timeline of [since, until) a window at a time: records are ordered by time first, so each window's
     records, in order, follow the previous window's (memory holds one window, and the first rows come at once)."""
-    lf = _filtered(store, since, until, host, unit, pattern)
-    stats = lf.select(pl.len().alias("n"),
-                      *(pl.col(c).cast(pl.String).str.len_chars().max().alias(c) for c in ("host", "ident"))).collect()
-    n, h, i = stats.row(0)
 
     def frames() -> Iterator[pl.DataFrame]:
         for a, b in timeline_windows(since, until):
             yield timeline_frame(store, a, b, host, unit, pattern)
 
-    return TimelineStream(rows=int(n), longest_host=None if h is None else int(h),
-                          longest_ident=None if i is None else int(i), frames=frames())
+    return TimelineStream(frames=frames(), _whole=_filtered(store, since, until, host, unit, pattern))
 
 
 def _overlapping(store: Store, since: datetime | None, until: datetime | None) -> list[str]:
