@@ -8,10 +8,20 @@ nothing and answers all the same.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+
+def code_digest(*modules: str) -> str:
+    """A digest of these source files (a module's `__file__`): named into a cache file, it keeps a changed
+    computation from reading what an older one kept."""
+    h = hashlib.sha256()
+    for m in modules:
+        h.update(Path(m).read_bytes())
+    return h.hexdigest()[:16]
 
 
 def write_atomic(files: Sequence[tuple[Path, Callable[[Path], object]]]) -> bool:

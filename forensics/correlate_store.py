@@ -24,7 +24,7 @@ from pathlib import Path
 
 import polars as pl
 
-from .cachefiles import generation, prune, write_atomic
+from .cachefiles import code_digest, generation, prune, write_atomic
 from .correlate import SYSTEMD_KINDS, Correlation, EventView, views
 from .schema import EVENT_SCHEMA
 
@@ -309,12 +309,11 @@ class EventSource:
     def _fetch(self, rows: pl.Series | list[int]) -> pl.DataFrame:
         """The events at these rows, with their `_seq`. The scan is also given the span of their times, which
         the files' statistics answer: the row groups outside it are not read."""
-        want = pl.Series(rows, dtype=pl.UInt32)
+        cond = pl.col("_row").is_in(pl.Series(rows, dtype=pl.UInt32).implode())
         seq = self.narrow.select("_row", "_seq", "t_us")
-        span = seq.filter(pl.col("_row").is_in(want.implode())).select(
-            pl.col("t_us").min().alias("lo"), pl.col("t_us").max().alias("hi"), pl.col("t_us").is_null().any().alias("n"))
-        lo, hi, untimed = span.row(0)
-        cond = pl.col("_row").is_in(want.implode())
+        lo, hi, untimed = seq.filter(cond).select(
+            pl.col("t_us").min().alias("lo"), pl.col("t_us").max().alias("hi"),
+            pl.col("t_us").is_null().any().alias("untimed")).row(0)
         if lo is not None and hi is not None:
             ts = pl.col("ts")
             timed = ts.is_between(pl.lit(lo).cast(pl.Datetime("us", "UTC")), pl.lit(hi).cast(pl.Datetime("us", "UTC")))
@@ -378,16 +377,14 @@ class EventSource:
 
 # the narrow frame kept between runs: computing it reads every event's message and fields (a second for half a
 # million events); its file is named by a digest of what it derives from (see incidents.prepare)
-NARROW_VERSION = 1
 NARROW_KEPT = 4                        # the newest narrow files kept in a store's cache
-# this module's own text is part of the name: a change to how the frame is computed cannot read an old one
-_CODE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+_CODE = code_digest(__file__)          # how the frame is computed (and polars' version, below) name it too
 
 
 def narrow_cache(cache_dir: Path, files: Sequence[Path], inputs: object) -> Path | None:
     """The cache file of the narrow frame of these events files (their names, sizes and times) read with these
     `inputs` (what fills the hosts and units, JSON-able); None when a file is gone."""
-    h = hashlib.sha256(f"narrow-v{NARROW_VERSION}\0{_CODE}\0{pl.__version__}\0".encode())
+    h = hashlib.sha256(f"narrow\0{_CODE}\0{pl.__version__}\0".encode())
     try:
         for f in files:
             st = f.stat()

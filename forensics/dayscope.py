@@ -67,12 +67,11 @@ class Reach:
         always = set(extra)
         far = 0.0
         for c in corrs:
-            binds = [(s.kinds, s.within, s.untimed, s.name == c.anchor) for s in c.steps]
-            binds += [(a.kinds, a.within, False, False) for a in c.against]
-            for kinds, within, untimed, anchor in binds:
+            # what a firing binds around its anchor: every step but the anchor's, and what weighs against it
+            binds = [(s.kinds, s.within, s.untimed) for s in c.steps if s.name != c.anchor]
+            binds += [(a.kinds, a.within, False) for a in c.against]
+            for kinds, within, untimed in binds:
                 w = within if within is not None else c.window
-                if anchor:
-                    continue
                 if untimed or w > LONG_REACH_S:
                     always.update(kinds)
                 else:

@@ -172,21 +172,21 @@ def _table_time(ts: str | None, ts_source: str | None) -> str:
     return f"{ts[:10]} {ts[11:23]}{mark}"
 
 
-def longest(df: pl.DataFrame | pl.LazyFrame, col: str) -> int | None:
+def longest(df: pl.DataFrame, col: str) -> int | None:
     """The longest value of `col` in characters (None: no value, or no such column)."""
-    names = df.collect_schema().names()
-    if col not in names:
+    if col not in df.columns:
         return None
-    got = df.select(pl.col(col).cast(pl.String).str.len_chars().max()).lazy().collect().item()
+    got = df.select(pl.col(col).cast(pl.String).str.len_chars().max()).item()
     return None if got is None else int(got)
+
+
+def _width(longest_value: int | None, cap: int) -> int:
+    return max(1, min(cap, int(longest_value or 1)))
 
 
 def table_widths(host_max: int | None, ident_max: int | None) -> tuple[int, int]:
     """(host, source) column widths of the records table, from the longest host and ident of the rows."""
-    def width(w: int | None, cap: int) -> int:
-        return max(1, min(cap, int(w or 1)))
-
-    return width(host_max, 24), min(32, max(width(ident_max, 24) + 8, 8))
+    return _width(host_max, 24), min(32, max(_width(ident_max, 24) + 8, 8))
 
 
 def write_record_table(frames: Iterable[pl.DataFrame], out: TextIO, widths: tuple[int, int]) -> int:
@@ -197,20 +197,12 @@ def write_record_table(frames: Iterable[pl.DataFrame], out: TextIO, widths: tupl
 
 
 def _write_table(rows: Iterator[dict[str, Any]], out: TextIO, kind: Kind, df: pl.DataFrame) -> int:
-    def width(col: str, cap: int) -> int:
-        if col not in df.columns or df.height == 0:
-            return 1
-        w = df.select(pl.col(col).cast(pl.String).str.len_chars().max()).item()
-        return max(1, min(cap, int(w or 1)))
-
     n = 0
     if kind == "records":
-        empty = df.height == 0
-        return write_record_table([df], out, table_widths(None if empty else longest(df, "host"),
-                                                          None if empty else longest(df, "ident")))
+        return write_record_table([df], out, table_widths(longest(df, "host"), longest(df, "ident")))
     else:
-        kind_w = width("kind", 28)
-        unit_w = width("unit", 36)
+        kind_w = _width(longest(df, "kind"), 28)
+        unit_w = _width(longest(df, "unit"), 36)
         out.write(f"{'TIME (UTC)':<24} {'SEVERITY':<8} {'KIND':<{kind_w}} {'UNIT':<{unit_w}} WHAT (WHERE)\n")
         for r in rows:
             where = f"{r['source']}:{r['line']}" if r["source"] else ""

@@ -18,7 +18,6 @@ name, and builds in full only the incidents asked for; the ids are those of `bui
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -69,13 +68,14 @@ from .correlate_local import LocalMatcher
 from .dayscope import Reach, Span, Window, day_of, first_window
 from . import dayscope
 from .environment import Fingerprint, fingerprints
+from .cachefiles import code_digest
 from .record_tables import RecordTables, record_tables, unit_of_file
 from .schema import empty_events
 from .store import scan_files
 from .model import Conclusion, Confidence, Event, Evidence, Gap, Incident, SourceInfo, to_jsonable
 
 DEFAULT_GAP_MINUTES = 15.0
-_CODE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]   # names the caches this module computes
+_CODE = code_digest(__file__)          # names the caches this module computes (forensics.record_tables)
 UNDATED_LINES = 500                    # untimed significant events this close in one source: one incident
 CONTEXT_KINDS = frozenset({"server_config", "server_ready", "server_start", "service_started", "boot"})
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -663,8 +663,8 @@ class _Builder:
                  correlations: Sequence[Correlation] | None = None, knowledge: Knowledge | None = None,
                  specs: Sequence[str] = (), full: bool = True):
         self.store = store
-        # the rule texts (Event.explain) are read while the store is (rule packs take a while to load, mostly
-        # in Python; the store's reading, in polars, runs on the other cores)
+        # the rule texts (Event.explain) are read while the store is (from the cache, or else from the packs,
+        # which take a while to load, mostly in Python; the store's reading, in polars, runs on the other cores)
         self._explainer_job = _POOL.submit(_Explainer, store.cache_dir) if full else None
         self.kn = knowledge if knowledge is not None else load_knowledge()
         self.corrs = tuple(correlations if correlations is not None else load_correlations())
@@ -705,10 +705,9 @@ class _Builder:
     def day_skeletons(self, day: str) -> list[_Skeleton]:
         """The skeletons of the incidents that start on `day` (and maybe others), found from a window around
         it, widened until it holds all that decides them (forensics.dayscope); their ids are final."""
-        w: Window | None = first_window(day, self.reach, self.gap_s)
+        w = first_window(day, self.reach, self.gap_s)
         firsts: dict[str, float] | None = None
         for _ in range(dayscope.WIDENINGS + 1):
-            assert w is not None
             skels = self.skeletons(w)
             spans = [self._span(sk) for sk in skels]
             if firsts is None and any(sp.untimed and sp.date == day for sp in spans):

@@ -18,9 +18,10 @@ from pathlib import Path, PurePath
 import polars as pl
 
 from . import profile
-from .cachefiles import generation, prune, write_atomic
+from .cachefiles import code_digest, generation, prune, write_atomic
 
-VERSION = 1
+_CODE = code_digest(__file__)           # how the tables are kept (how they are computed: `code`, below)
+
 KEPT = 4                        # the newest tables kept in a store's cache
 
 
@@ -38,7 +39,7 @@ def unit_of_file(path: str) -> str:
 
 
 def _key(store, source_ids: Sequence[str], code: str) -> str | None:  # noqa: ANN001
-    h = hashlib.sha256(f"tables-v{VERSION}\0{profile._TAG}\0{code}\0".encode())
+    h = hashlib.sha256(f"tables\0{_CODE}\0{profile._TAG}\0{code}\0".encode())
     for sid in source_ids:
         try:
             f = store.records_file(sid)

@@ -66,7 +66,7 @@ from typing import Any
 import regex
 import yaml
 
-from .cachefiles import generation, prune, write_atomic
+from .cachefiles import code_digest, generation, prune, write_atomic
 from .literals import MIN_LITERAL, derive_literals
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "rules"
@@ -1022,16 +1022,15 @@ class RuleTexts:
         return self.texts.get(rule_id)
 
 
-TEXTS_VERSION = 1
 TEXTS_KEPT = 4                 # the newest rule-text files kept in a cache directory
+_CODE = code_digest(__file__)  # how the packs are read names the texts too
 
 
 def rule_texts(cache_dir: Path | None = None, env: Mapping[str, str] | None = None) -> RuleTexts:
     """The RuleTexts of the packs in force: read from `cache_dir` when kept there, else from the packs
     (kept when `cache_dir` is writable). Raises RulePackError as load_rules does."""
     _, errors, key = _layers((), True, env)
-    code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]   # how the packs are read
-    digest = hashlib.sha256(json.dumps([TEXTS_VERSION, code, key], default=str).encode()).hexdigest()[:32]
+    digest = hashlib.sha256(json.dumps([_CODE, key], default=str).encode()).hexdigest()[:32]
     path = cache_dir / f"rules~{digest}.json" if cache_dir is not None and not errors else None
     if path is not None:
         try:

@@ -8,8 +8,8 @@ disabled, so nothing in the body can load or link anywhere; the page's Content-S
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from jinja2 import Environment
 from markupsafe import Markup
