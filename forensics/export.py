@@ -260,8 +260,23 @@ def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int) -
             if at.len():
                 fixed = [_record_row(r, host_w, who_w) for r in row_dicts(chunk[at], "records")]
                 lines = lines.scatter(at, pl.Series(fixed, dtype=pl.String))
-            out.write("".join(lines.to_list()))
+            buf = io.BytesIO()  # the lines as they are, one after the other (each ends with its newline)
+            pl.DataFrame([lines.alias("l")]).write_csv(buf, include_header=False, quote_style="never",
+                                                       line_terminator="")
+            write_bytes(out, buf.getvalue())
     return frame.height
+
+
+def write_bytes(out: TextIO, data: bytes) -> None:
+    """UTF-8 text written to `out`: straight to its binary buffer when it has one that takes UTF-8 (a
+    terminal or pipe: no decoding into a Python string and encoding back, 0.8 GB for a busy day), else decoded."""
+    raw = getattr(out, "buffer", None)
+    encoding = (getattr(out, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    if raw is None or encoding != "utf8":
+        out.write(data.decode("utf-8"))
+        return
+    out.flush()
+    raw.write(data)
 
 
 def _write_records_vectorised(df: pl.DataFrame, fmt: str, out: TextIO) -> int:
@@ -288,10 +303,10 @@ def write_record_stream(frames: Iterable[pl.DataFrame], fmt: str, out: TextIO) -
                 chunk.write_csv(buf, include_header=False)
             else:
                 chunk.write_ndjson(buf)
-            text = buf.getvalue().decode("utf-8")
+            data = buf.getvalue()
             if fmt == "json":  # `[`, then each line as `\n  {...},` but the last, then `\n]`
-                text = ("," if n else "[") + "\n  " + text.removesuffix("\n").replace("\n", ",\n  ")
-            out.write(text)
+                data = (b"," if n else b"[") + b"\n  " + data.removesuffix(b"\n").replace(b"\n", b",\n  ")
+            write_bytes(out, data)
             n += chunk.height
     if fmt == "json":
         out.write("\n]\n" if n else "[]\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -73,11 +74,19 @@ def timeline_windows(since: datetime, until: datetime) -> list[tuple[datetime, d
 def timeline_stream(store: Store, since: datetime, until: datetime, host: str | None = None,
                     unit: str | None = None, pattern: str | None = None) -> TimelineStream:
     """The timeline of [since, until) a window at a time: records are ordered by time first, so each window's
-    records, in order, follow the previous window's (memory holds one window, and the first rows come at once)."""
+    records, in order, follow the previous window's (memory holds two windows, the one written and the next
+    being read, and the first rows come at once)."""
 
     def frames() -> Iterator[pl.DataFrame]:
-        for a, b in timeline_windows(since, until):
-            yield timeline_frame(store, a, b, host, unit, pattern)
+        windows = timeline_windows(since, until)
+        # the next window is read while this one is written (polars reads without holding the interpreter)
+        with ThreadPoolExecutor(1, thread_name_prefix="timeline") as pool:
+            ahead: Future | None = None
+            for k, (a, b) in enumerate(windows):
+                now = ahead.result() if ahead is not None else timeline_frame(store, a, b, host, unit, pattern)
+                ahead = (pool.submit(timeline_frame, store, *windows[k + 1], host, unit, pattern)
+                         if k + 1 < len(windows) else None)
+                yield now
 
     return TimelineStream(frames=frames(), _whole=_filtered(store, since, until, host, unit, pattern))
 

@@ -19,8 +19,8 @@ UTC = timezone.utc
 
 
 def _log(tmp: Path) -> Path:
-    """Two hosts' journals over three hours, lines on window edges, an odd row (a control character), the same
-    second in both files, a multi-line record."""
+    """Two hosts' journals over three hours, lines on window edges, an odd row (a control character), a line
+    that is not ASCII, the same second in both files, a multi-line record."""
     lines_a, lines_b = [], []
     t = datetime(2025, 5, 25, 20, 0, 0)
     for i in range(180):
@@ -29,6 +29,7 @@ def _log(tmp: Path) -> Path:
         if i % 3 == 0 and i >= 120:      # the long host name only in the last hour: the widths are the whole span's
             lines_b.append(f"{at:%b %d %H:%M:%S} gpu2-with-a-much-longer-name kubelet[99]: probe {i}")
     lines_a.append("May 25 21:30:00 gpu1 app[5]: odd \x07 bell")
+    lines_a.append("May 25 21:45:00 gpu1 app[6]: grüße, 温度 \"quoted\", a,b")  # not ASCII; CSV's own characters
     a, b = tmp / "a.log", tmp / "b.log"
     a.write_text("\n".join(lines_a) + "\n")
     b.write_text("\n".join(lines_b) + "\n")
@@ -94,3 +95,20 @@ def test_the_stream_counts_and_measures_what_it_prints(store: Store) -> None:
     assert "gpu2-with-a-much-longer-name" not in frames[0]["host"].to_list()
     assert longest_host == len("gpu2-with-a-much-longer-name")
     assert [m for f in frames for m in f["message"].to_list()] == whole["message"].to_list()
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
+@pytest.mark.parametrize("fmt", ["table", "jsonl", "json", "csv"])
+def test_streamed_bytes_reach_any_text_stream(store: Store, encoding: str, fmt: str) -> None:
+    """The streamed writers put UTF-8 bytes straight into a UTF-8 stream's buffer, and decode them for any other
+    stream: the text is the same either way (a latin-1 terminal shows what it can encode)."""
+    since, until = datetime(2025, 5, 25, 20, 10, tzinfo=UTC), datetime(2025, 5, 25, 22, 40, tzinfo=UTC)
+    whole = io.StringIO()
+    write_rows(timeline_frame(store, since, until), fmt, whole, "records")
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding=encoding, errors="backslashreplace", newline="")
+    write_rows(timeline_frame(store, since, until), fmt, out, "records")
+    out.flush()
+    expected = whole.getvalue()
+    assert "grüße, 温度" in expected       # every format writes the text itself, not escapes
+    assert raw.getvalue() == expected.encode(encoding, errors="backslashreplace")
