@@ -1125,29 +1125,38 @@ def _one_interval(iv: Sequence[tuple[int, int]]) -> tuple[int, int] | None:
 
 
 class _UnitIntervals(Mapping):
-    """unit -> its spans' intervals, from a frame (unit, as, zs): a journal names up to a hundred thousand
-    units, and a report asks about a few, so a unit's intervals become Python objects when first asked for."""
+    """unit -> its spans' intervals, from a frame (unit, as, zs) with one row per unit: a journal names up to a
+    hundred thousand units, and a report asks about a few, so a unit is looked for by one vectorised comparison
+    (no index of them all is made), and its intervals become Python objects when first asked for."""
 
     def __init__(self, df: pl.DataFrame):
         self._df = df
-        self._row = {u: i for i, u in enumerate(df["unit"].to_list())}
+        self._units = df.get_column("unit")
         self._done: dict[str, list[tuple[int, int]]] = {}
+
+    def _row(self, unit: object) -> int | None:
+        if not isinstance(unit, str):
+            return None
+        at = (self._units == unit).arg_true()
+        return int(at[0]) if at.len() else None
 
     def __getitem__(self, unit: str) -> list[tuple[int, int]]:
         iv = self._done.get(unit)
         if iv is None:
-            i = self._row[unit]
+            i = self._row(unit)
+            if i is None:
+                raise KeyError(unit)
             iv = self._done[unit] = list(zip(self._df["as"][i].to_list(), self._df["zs"][i].to_list()))
         return iv
 
     def __contains__(self, unit: object) -> bool:
-        return unit in self._row
+        return self._row(unit) is not None
 
     def __iter__(self):  # noqa: ANN204
-        return iter(self._row)
+        return iter(self._units.to_list())
 
     def __len__(self) -> int:
-        return len(self._row)
+        return self._units.len()
 
 
 class _WindowUnits:
@@ -1164,7 +1173,7 @@ class _WindowUnits:
         return any(a <= self.until and z >= self.since for a, z in self.group.units().get(unit, ()))  # type: ignore[call-overload]
 
     def __iter__(self):  # noqa: ANN204
-        units = self.group.units()
+        units = set(self.group.units())
         return iter(dict.fromkeys(u for u, a, z in self.group.order() if u and u in units
                                   and a <= self.until and z >= self.since))
 
