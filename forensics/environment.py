@@ -48,6 +48,16 @@ _NEEDS: tuple[tuple[str, bool], ...] = (
     ("torch", True), ("flashinfer", True), (".cache/flashinfer/", False), ("sglang", True), ("-packages/", False),
     ("capability sm_", False), ("PCIe-only GPUs", False),
 )
+# for the patterns whose literal most lines of an SGLang log hold (its paths name sglang, torch and flashinfer):
+# what an ASCII line must match first, a regex of polars' engine that every match of the pattern matches (the
+# pattern without its `\b`, look-ahead and groups; `\s` widened to Python's, which counts \x1c-\x1f too)
+_WS = r"[\s\x1c-\x1f]"
+_VERSION_AFTER = rf"(?:==|-|{_WS}+(?:version:?{_WS}+)?)v?\d+\.\d+\.\d+"
+_ASCII_MASKS: dict[str, str] = {
+    "torch": r"(?i)torch" + _VERSION_AFTER,
+    "flashinfer": r"(?i)flashinfer(?:-python)?" + _VERSION_AFTER,
+    "sglang": r"(?i)sglang" + _VERSION_AFTER,
+}
 _PCI = re.compile(r"(?:^nvidia |NVRM: GPU at PCI:|NVRM: Xid \(PCI:|NVRM: GPU )([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})")
 _AVAIL = re.compile(r"Load weight begin\. avail mem=(\d+(?:\.\d+)?) GB")
 _NVCC_REJECTS = re.compile(r"Unsupported gpu architecture '(compute_\d{2,3}[af]?)'")
@@ -86,7 +96,8 @@ def _scan(records: pl.DataFrame, kn: Knowledge
     """What the records' lines show, as a loop over every line trying every pattern would find it (a key's
     last match wins; the first place each PCI device is named; every free-memory figure; the last place each
     architecture nvcc rejects is named; every line naming a GPU). The lines are split and each pattern's
-    literal looked for by polars; a pattern is run only on the lines holding its literal."""
+    literal (or for a few, a looser regex: `_ASCII_MASKS`) looked for by polars; a pattern is run only on the lines
+    that hold it."""
     found: dict[str, tuple[str, str]] = {}
     pcis: dict[str, str] = {}
     gpu_hits: list[tuple[str, str]] = []
@@ -97,8 +108,9 @@ def _scan(records: pl.DataFrame, kn: Knowledge
     ln = pl.col("ln")
     ascii_ = ln.str.len_bytes() == ln.str.len_chars()
     low = ln.str.to_lowercase()
-    masks = [(~ascii_ | low.str.contains(lit, literal=True)) if ci else ln.str.contains(lit, literal=True)
-             for lit, ci in _NEEDS]
+    masks = [(~ascii_ | (ln.str.contains(_ASCII_MASKS[lit]) if lit in _ASCII_MASKS else
+                         low.str.contains(lit, literal=True)))
+             if ci else ln.str.contains(lit, literal=True) for lit, ci in _NEEDS]
     masks += [ln.str.starts_with("nvidia ") | ln.str.contains("NVRM: ", literal=True),
               ln.str.contains("avail mem=", literal=True),
               ln.str.contains("Unsupported gpu architecture '", literal=True),

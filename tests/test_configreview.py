@@ -181,7 +181,7 @@ def test_fingerprint_infers_the_gpu_from_sm_and_free_memory() -> None:
 
 def _scan_by_line(records: pl.DataFrame, kn) -> tuple:  # noqa: ANN001
     """The reference: every line of every record, every pattern (the loop `environment._scan` replaces)."""
-    from forensics.environment import _AVAIL, _NEEDS, _NVCC_REJECTS, _PCI, PATTERNS
+    from forensics.environment import _AVAIL, _NVCC_REJECTS, _PCI, PATTERNS
 
     found: dict = {}
     pcis: dict = {}
@@ -191,10 +191,7 @@ def _scan_by_line(records: pl.DataFrame, kn) -> tuple:  # noqa: ANN001
     for message, path, line in records.select("message", "path", "line").iter_rows():
         where = f"{path}:{line}"
         for ln in (message or "").split("\n"):
-            low = ln.lower() if ln.isascii() else None
-            for (key, rx, out), (lit, ci) in zip(PATTERNS, _NEEDS):
-                if (lit not in low if ci and low is not None else not ci and lit not in ln):
-                    continue
+            for key, rx, out in PATTERNS:
                 m = rx.search(ln)
                 if m:
                     found[key] = (out.format(m.group(1)), where)
@@ -219,7 +216,10 @@ _PIECES = ["Linux version 6.8.0-60-generic", "NVRM: loading NVIDIA UNIX Open Ker
            "PCIe-only GPUs", "nvidia 0000:01:00.0: probe", "NVRM: GPU at PCI:0000:41:00: GPU-1",
            "Load weight begin. avail mem=94.31 GB", "Unsupported gpu architecture 'compute_120'",
            "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 5090", "Tesla V100", "sglang 0.5.0 ünïcode torch 2.7.0",
-           "İstanbul flashinfer 0.2.9", "plain", "", "\n", "\t"]
+           "İstanbul flashinfer 0.2.9", "plain", "", "\n", "\t",
+           "sglang\x1f0.4.6", "torch-2.1.0", "flashinfer-python==0.2.3", "pytorch version: v2.4.0",
+           "SGLang  Version  0.3.1", "torch-cu121", "/sglang/srt/managers/scheduler.py", "flashinfer-0.2",
+           "torch\x0b2.2.2", "sglang=0.4.1"]
 
 
 @settings(max_examples=200, deadline=None)
