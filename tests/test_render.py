@@ -277,10 +277,12 @@ def test_escaped_text_never_becomes_markup(text: str) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=400), min_size=1, max_size=60), st.integers(0, 20_000),
-       st.booleans())
-def test_the_largest_fitting_n_is_bisections_in_fewer_renders(steps: list[int], limit: int, hint: bool) -> None:
+       st.booleans(), st.booleans())
+def test_the_largest_fitting_n_is_bisections_in_fewer_renders(steps: list[int], limit: int, hint: bool,
+                                                              stops: bool) -> None:
     """_largest finds what bisection finds (the largest n that fits, lengths growing with n), within twice its
-    renders, and in a few when the length grows evenly."""
+    renders, and in a few when the length grows evenly; also when a render stops early past twice the limit
+    (it tells a lower bound of the length, not the length)."""
     from forensics.render.trim import _largest
 
     lengths = [sum(steps[:i + 1]) for i in range(len(steps))]
@@ -288,15 +290,17 @@ def test_the_largest_fitting_n_is_bisections_in_fewer_renders(steps: list[int], 
     fits = [n for n in range(0, hi + 1) if lengths[n] <= limit]
     calls: list[int] = []
 
-    def render(n: int) -> str:
+    def render(n: int) -> tuple[str | None, int]:
         calls.append(n)
-        return "x" * lengths[n]
+        if stops and lengths[n] > 2 * limit:
+            return None, 2 * limit + 1
+        return "x" * lengths[n], lengths[n]
 
     got = _largest(0, hi, render, limit, lengths[-1] if hint else None)
     assert (len(got) if got is not None else None) == (lengths[max(fits)] if fits else None)
     bisection = max(1, (max(hi, 0) + 1).bit_length() + 1)
     assert len(calls) <= 2 * bisection
-    even = _largest(0, 9_999, lambda n: "y" * (100 + 10 * n), 50_000, 100 + 10 * 10_000)
+    even = _largest(0, 9_999, lambda n: ("y" * (100 + 10 * n), 100 + 10 * n), 50_000, 100 + 10 * 10_000)
     assert even is not None and len(even) == 100 + 10 * 4_990
 
 
@@ -305,13 +309,38 @@ def test_even_growth_takes_a_few_renders() -> None:
 
     calls: list[int] = []
 
-    def render(n: int) -> str:
+    def render(n: int) -> tuple[str | None, int]:
         calls.append(n)
-        return "y" * (1000 + 37 * n)
+        return "y" * (1000 + 37 * n), 1000 + 37 * n
 
     got = _largest(0, 999, render, 20_000, 1000 + 37 * 1000)
     assert got is not None and len(got) == 1000 + 37 * ((20_000 - 1000) // 37)
     assert len(calls) <= 4, calls
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["", "  ", "# Head", "## Sub", "text", "| a | b |", "| c | d |", "```",
+                                           "~~~", "code  ", "- item", "\t"]),
+                          st.sampled_from(["\n", "", "\n\n"])), max_size=40),
+       st.integers(1, 400))
+def test_a_render_stopped_early_is_the_tidied_whole_or_longer(parts: list, cap: int) -> None:
+    """render_markdown_upto gives the tidied text when it is at most `cap` long, and otherwise a lower bound
+    above `cap` of that text's length; render_markdown_head, a start of the tidied text longer than `cap` (or
+    all of it); whatever the chunks the template yields (here: one per part)."""
+    from jinja2 import DictLoader, Environment
+
+    from forensics.render.markdown import render_markdown_head, render_markdown_upto, tidy
+
+    text = "".join(a + b for a, b in parts)
+    env = Environment(loader=DictLoader({"report.md.j2": "{% for p in report %}{{ p }}{% endfor %}"}))
+    got, n = render_markdown_upto([a + b for a, b in parts], env, cap)  # type: ignore[arg-type]
+    want = tidy(text)
+    if len(want) <= cap:
+        assert (got, n) == (want, len(want))
+    else:
+        assert got is None and cap < n <= len(want)
+    head = render_markdown_head([a + b for a, b in parts], env, cap)  # type: ignore[arg-type]
+    assert want.startswith(head) and (len(head) > cap or head == want)
 
 
 def test_the_compiled_templates_cache_is_only_a_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -58,19 +58,25 @@ def _limit(view: ReportView, excerpts: int, rows: int | None, limit: int) -> Rep
     return replace(view, incidents=tuple(incidents), trim_note=trim_note(view, limit))
 
 
-def _largest(lo: int, hi: int, render: Callable[[int], str], limit: int, hi_len: int | None = None) -> str | None:
+Rendered = tuple[str | None, int]   # (the text, its length), or (None, a length the text has at least)
+
+
+def _largest(lo: int, hi: int, render: Callable[[int], Rendered], limit: int, hi_len: int | None = None) -> str | None:
     """The output for the largest n in [lo, hi] whose output fits in `limit` (its length grows with n), or
-    None. The same n bisection finds, in fewer renders: each guess interpolates the lengths at the ends of
-    the bracket (`hi_len`, an estimate of the length past `hi`, is only used to guess), every other guess
-    halves the bracket, so it takes at most twice bisection's renders, and about three when the length grows
-    evenly with n."""
+    None. `render(n)` may stop early: (None, a lower bound of the length) for an output too long to be wanted.
+    The same n bisection finds, in fewer renders: each guess interpolates the lengths at the ends of the
+    bracket (`hi_len`, an estimate of the length past `hi`, is only used to guess), every other guess halves
+    the bracket, so it takes at most twice bisection's renders, and about three when the length grows evenly
+    with n."""
     if lo > hi:
         return None
     texts: dict[int, str] = {}
 
     def length(n: int) -> int:
-        texts[n] = render(n)
-        return len(texts[n])
+        text, n_len = render(n)
+        if text is not None and n_len <= limit:
+            texts[n] = text
+        return n_len
 
     good_len = length(lo)
     if good_len > limit:
@@ -115,28 +121,41 @@ def _hard_cut(text: str, limit: int, note: str) -> str:
     return tail.lstrip("\n")[:limit]
 
 
-def fit(view: ReportView, render: Callable[[ReportView], str], limit: int) -> str:
-    """`render(view)` if it fits in `limit` characters (0 = no limit), else the trimmed report."""
-    full = render(view)
-    if limit <= 0 or len(full) <= limit:
+def fit(view: ReportView, render: Callable[[ReportView], str], limit: int,
+        upto: Callable[[ReportView, int], Rendered] | None = None,
+        head: Callable[[ReportView, int], str] | None = None) -> str:
+    """`render(view)` if it fits in `limit` characters (0 = no limit), else the trimmed report. `upto(view,
+    cap)`, when given, renders as `render` does but may stop once the text is longer than `cap`: (None, a
+    length it has at least); the reports tried while trimming are then rendered to twice the limit at most.
+    `head(view, n)`, when given, is the start of `render(view)`, more than `n` characters of it (or all)."""
+    if limit <= 0:
+        return render(view)
+    if upto is None:
+        def upto(v: ReportView, cap: int) -> Rendered:
+            text = render(v)
+            return text, len(text)
+    cap = 2 * limit
+    full, full_len = upto(view, cap)
+    if full is not None and full_len <= limit:
         return full
 
     total = sum(len(iv.excerpts) for iv in view.incidents)
     no_excerpts: list[int] = []
 
-    def with_excerpts(n: int) -> str:
-        text = render(_limit(view, n, None, limit))
+    def with_excerpts(n: int) -> Rendered:
+        got = upto(_limit(view, n, None, limit), cap)
         if n == 0:
-            no_excerpts.append(len(text))
-        return text
+            no_excerpts.append(got[1])
+        return got
 
-    best = _largest(0, total - 1, with_excerpts, limit, len(full))
+    best = _largest(0, total - 1, with_excerpts, limit, full_len)
     if best is not None:
         return best
     most = max((max(len(iv.timeline), len(iv.key_lines)) for iv in view.incidents), default=0)
-    best = _largest(0, most - 1, lambda n: render(_limit(view, 0, n, limit)), limit,
+    best = _largest(0, most - 1, lambda n: upto(_limit(view, 0, n, limit), cap), limit,
                     no_excerpts[0] if no_excerpts else None)
     if best is not None:
         return best
     note = ("Trimmed: the report is cut here and the rest left out, " + trim_note(view, limit))
-    return _hard_cut(render(_limit(view, 0, 0, limit)), limit, note)
+    least = _limit(view, 0, 0, limit)
+    return _hard_cut(head(least, limit) if head is not None else render(least), limit, note)
