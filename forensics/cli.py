@@ -164,14 +164,14 @@ def timeline(ctx: click.Context, since: str | None, until: str | None, host: str
                                      f"look-around and back-references are not supported", param_hint="--grep")
     fmt = "json" if as_json else out_format
     lo, hi = parse_when(since, tz), parse_when(until, tz)
-    if lo is not None and hi is not None and fmt in ("table", "json", "jsonl", "csv"):
+    if fmt in ("table", "json", "jsonl", "csv"):
         _write_stream(timeline_stream(get_store(ctx), lo, hi, host, unit, pattern), fmt)
         return
     _write(timeline_frame(get_store(ctx), lo, hi, host, unit, pattern), fmt, "records")
 
 
 def _write_stream(tl, fmt: str) -> None:  # noqa: ANN001 - a query.TimelineStream
-    """A bounded timeline a window at a time (the same text as `_write` of the whole of it)."""
+    """A timeline a window at a time (the same text as `_write` of the whole of it)."""
     from .export import table_widths, write_record_stream, write_record_table
 
     if fmt == "table":

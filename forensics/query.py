@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 
 import polars as pl
 
@@ -29,11 +30,16 @@ def _filtered(store: Store, since: datetime | None, until: datetime | None, host
 
 
 def timeline_frame(store: Store, since: datetime | None = None, until: datetime | None = None,
-                   host: str | None = None, unit: str | None = None, pattern: str | None = None) -> pl.DataFrame:
-    """Records in time order (untimed records last, in file order), filtered."""
+                   host: str | None = None, unit: str | None = None, pattern: str | None = None,
+                   untimed: bool = False) -> pl.DataFrame:
+    """Records in time order (untimed records last, in file order), filtered. `untimed`: only those without
+    a time (the end of a timeline without bounds)."""
     # sorting the keys and gathering the rows of one contiguous frame is several times faster than sorting the
     # frame of many row-group chunks that the scan returns
-    df = _filtered(store, since, until, host, unit, pattern).collect().rechunk()
+    lf = _filtered(store, since, until, host, unit, pattern)
+    if untimed:
+        lf = lf.filter(pl.col("ts").is_null())
+    df = lf.collect().rechunk()
     return df[df.select(pl.arg_sort_by(["ts", "path", "line"], nulls_last=True)).to_series()]
 
 
@@ -71,24 +77,36 @@ def timeline_windows(since: datetime, until: datetime) -> list[tuple[datetime, d
     return out
 
 
-def timeline_stream(store: Store, since: datetime, until: datetime, host: str | None = None,
-                    unit: str | None = None, pattern: str | None = None) -> TimelineStream:
+def timeline_stream(store: Store, since: datetime | None = None, until: datetime | None = None,
+                    host: str | None = None, unit: str | None = None, pattern: str | None = None) -> TimelineStream:
     """The timeline of [since, until) a window at a time: records are ordered by time first, so each window's
     records, in order, follow the previous window's (memory holds two windows, the one written and the next
-    being read, and the first rows come at once)."""
+    being read, and the first rows come at once). A bound not given is the first or last time of the records
+    (read from the store); with neither, the records without a time follow, as `timeline_frame` puts them."""
+    whole = _filtered(store, since, until, host, unit, pattern)
+    lo, hi = since, until
+    if lo is None or hi is None:
+        span = _filtered(store, since, until, host, unit, None).select(
+            pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi")).collect()
+        first, last = span.row(0)
+        lo = first if lo is None else lo
+        hi = (last + timedelta(microseconds=1) if last is not None else None) if hi is None else hi
 
     def frames() -> Iterator[pl.DataFrame]:
-        windows = timeline_windows(since, until)
+        reads: list[Callable[[], pl.DataFrame]] = [
+            partial(timeline_frame, store, a, b, host, unit, pattern)
+            for a, b in (timeline_windows(lo, hi) if lo is not None and hi is not None else [])]
+        if since is None and until is None:
+            reads.append(partial(timeline_frame, store, None, None, host, unit, pattern, untimed=True))
         # the next window is read while this one is written (polars reads without holding the interpreter)
         with ThreadPoolExecutor(1, thread_name_prefix="timeline") as pool:
             ahead: Future | None = None
-            for k, (a, b) in enumerate(windows):
-                now = ahead.result() if ahead is not None else timeline_frame(store, a, b, host, unit, pattern)
-                ahead = (pool.submit(timeline_frame, store, *windows[k + 1], host, unit, pattern)
-                         if k + 1 < len(windows) else None)
+            for k, read in enumerate(reads):
+                now = ahead.result() if ahead is not None else read()
+                ahead = pool.submit(reads[k + 1]) if k + 1 < len(reads) else None
                 yield now
 
-    return TimelineStream(frames=frames(), _whole=_filtered(store, since, until, host, unit, pattern))
+    return TimelineStream(frames=frames(), _whole=whole)
 
 
 def _overlapping(store: Store, since: datetime | None, until: datetime | None) -> list[str]:

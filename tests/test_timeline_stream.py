@@ -1,4 +1,4 @@
-"""A bounded timeline printed a window at a time is the text of printing it whole, in every streamed format."""
+"""A timeline printed a window at a time is the text of printing it whole, in every streamed format."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import io
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import polars as pl
 import pytest
 from click.testing import CliRunner
 
@@ -112,3 +113,38 @@ def test_streamed_bytes_reach_any_text_stream(store: Store, encoding: str, fmt: 
     expected = whole.getvalue()
     assert "grüße, 温度" in expected       # every format writes the text itself, not escapes
     assert raw.getvalue() == expected.encode(encoding, errors="backslashreplace")
+
+
+@pytest.fixture()
+def open_store(tmp_path: Path) -> Store:
+    """The two journals, and a file whose lines have no time (a paste): untimed records."""
+    d = _log(tmp_path)
+    (d / "paste.txt").write_text("first pasted line\nsecond, no time either\n")
+    r = CliRunner().invoke(main, ["--store", str(tmp_path / "st"), "ingest", "--year", "2025",
+                                  str(d / "a.log"), str(d / "b.log"), str(d / "paste.txt")])
+    assert r.exit_code == 0, r.output
+    return Store(tmp_path / "st")
+
+
+@pytest.mark.parametrize("bounds", [(), ("--since", "2025-05-25 21:10"), ("--until", "2025-05-25 21:10")])
+@pytest.mark.parametrize("fmt", ["table", "jsonl", "json", "csv"])
+def test_an_open_timeline_streams_the_whole_ones_text(open_store: Store, monkeypatch, bounds: tuple,  # noqa: ANN001
+                                                       fmt: str) -> None:
+    """Without --since or --until the stream runs from the records' first time or to their last; with
+    neither, the untimed records come last, in file order, as printing the whole timeline puts them."""
+    monkeypatch.setattr(query, "WINDOW", timedelta(minutes=25))
+    when = {"--since": None, "--until": None}
+    if bounds:
+        when[bounds[0]] = datetime.fromisoformat(bounds[1]).replace(tzinfo=UTC)
+    whole = io.StringIO()
+    frame = timeline_frame(open_store, when["--since"], when["--until"])
+    write_rows(frame, fmt, whole, "records")
+    r = CliRunner().invoke(main, ["--store", str(open_store.path), "timeline", *bounds, "--format", fmt])
+    assert r.exit_code == 0, r.output
+    assert r.output == whole.getvalue()
+    untimed = frame.filter(pl.col("ts").is_null()).height
+    assert untimed == (2 if not bounds else 0)
+    if not bounds:
+        assert frame["ts"].tail(2).is_null().all() and "second, no time either" in r.output
+    tl = timeline_stream(open_store, when["--since"], when["--until"])
+    assert len(list(tl.frames)) >= 3           # in windows, not at once
