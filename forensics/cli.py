@@ -6,6 +6,7 @@ Exit codes: 0 all good, 1 some input failed (the rest landed) or nothing matched
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import sys
 from datetime import datetime, timezone
@@ -34,7 +35,44 @@ def parse_when(value: str | None, tz: str = "UTC") -> datetime | None:
     return t.astimezone(timezone.utc)
 
 
-@click.group()
+# commands that live in their own modules -> the module, imported only when its command is asked for (`timeline`
+# need not load the report's templates, the rule packs' loader and the correlations)
+LAZY_COMMANDS = {"rules": "cli_rules", "explain": "cli_rules", "events": "cli_rules", "incidents": "cli_incidents",
+                 "report": "cli_report", "store": "cli_store"}
+
+
+class _LazyGroup(click.Group):
+    """A group whose LAZY_COMMANDS are registered by their module when first looked up (or listed in --help)."""
+
+    _loaded: set[str] = set()
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *(n for n, m in LAZY_COMMANDS.items() if _available(m))})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = LAZY_COMMANDS.get(cmd_name)
+        if module is not None and cmd_name not in self.commands and module not in self._loaded:
+            self._loaded.add(module)
+            mod = _import_optional(module)
+            if mod is not None:
+                mod.register(self)
+        return super().get_command(ctx, cmd_name)
+
+
+def _import_optional(name: str):  # noqa: ANN202 - a module or None
+    try:
+        return importlib.import_module(f"forensics.{name}")
+    except ImportError as e:
+        if e.name and e.name.endswith(name):
+            return None
+        raise
+
+
+def _available(name: str) -> bool:
+    return importlib.util.find_spec(f"forensics.{name}") is not None
+
+
+@click.group(cls=_LazyGroup)
 @click.option("--store", "store_path", envvar="FORENSICS_STORE", default=".forensics", show_default=True,
               help="Store directory (env FORENSICS_STORE).")
 @click.version_option(__version__, prog_name="forensics")
@@ -230,18 +268,5 @@ def rescan(ctx: click.Context, rules_dirs: tuple[str, ...]) -> None:
                                            if rules_slow else ""), err=True)
 
 
-def _register_optional() -> None:
-    """Commands that live in their own modules (rules, explain, events, incidents, report, store)."""
-    for name in ("cli_rules", "cli_incidents", "cli_report", "cli_store"):
-        try:
-            mod = importlib.import_module(f"forensics.{name}")
-        except ImportError as e:
-            if e.name and e.name.endswith(name):
-                continue
-            raise
-        mod.register(main)
-
-
-_register_optional()
 if __name__ == "__main__":
     main()

@@ -148,3 +148,20 @@ def test_an_open_timeline_streams_the_whole_ones_text(open_store: Store, monkeyp
         assert frame["ts"].tail(2).is_null().all() and "second, no time either" in r.output
     tl = timeline_stream(open_store, when["--since"], when["--until"])
     assert len(list(tl.frames)) >= 3           # in windows, not at once
+
+
+def test_the_lazy_commands_are_those_their_modules_register() -> None:
+    """`forensics report` loads only the module of `report`: each lazily registered command is named after the
+    module that registers it, and every command a module registers is named."""
+    import importlib
+
+    import click
+
+    from forensics.cli import LAZY_COMMANDS
+
+    for module in set(LAZY_COMMANDS.values()):
+        group = click.Group()
+        importlib.import_module(f"forensics.{module}").register(group)
+        assert sorted(group.commands) == sorted(n for n, m in LAZY_COMMANDS.items() if m == module)
+    r = CliRunner().invoke(main, ["--help"])
+    assert r.exit_code == 0 and all(f"  {n} " in r.output for n in LAZY_COMMANDS)
