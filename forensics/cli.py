@@ -192,7 +192,7 @@ def sources(ctx: click.Context, as_json: bool) -> None:
 def timeline(ctx: click.Context, since: str | None, until: str | None, host: str | None, unit: str | None,
              pattern: str | None, tz: str, as_json: bool, out_format: str) -> None:
     """The merged chronological view of every source, with path:line on every row."""
-    from .query import timeline_frame, timeline_stream
+    from .query import timeline_stream
 
     if pattern is not None:
         try:
@@ -202,27 +202,21 @@ def timeline(ctx: click.Context, since: str | None, until: str | None, host: str
                                      f"look-around and back-references are not supported", param_hint="--grep")
     fmt = "json" if as_json else out_format
     lo, hi = parse_when(since, tz), parse_when(until, tz)
-    if fmt in ("table", "json", "jsonl", "csv"):
-        _write_stream(timeline_stream(get_store(ctx), lo, hi, host, unit, pattern), fmt)
-        return
-    _write(timeline_frame(get_store(ctx), lo, hi, host, unit, pattern), fmt, "records")
+    _write_stream(timeline_stream(get_store(ctx), lo, hi, host, unit, pattern), fmt)
 
 
 def _write_stream(tl, fmt: str) -> None:  # noqa: ANN001 - a query.TimelineStream
     """A timeline a window at a time (the same text as `_write` of the whole of it)."""
-    from .export import table_widths, write_record_stream, write_record_table
+    from .export import table_widths, write_record_stream, write_record_table, write_rows
 
     if fmt == "table":
         _, host_len, ident_len = tl.widths()
         write_record_table(tl.frames, sys.stdout, table_widths(host_len, ident_len))
+    elif fmt == "timesketch":  # JSON lines made row by row: each window's rows follow the last's
+        for df in tl.frames:
+            write_rows(df, fmt, sys.stdout, "records")
     else:
         write_record_stream(tl.frames, fmt, sys.stdout)
-
-
-def _write(df: pl.DataFrame, fmt: str, kind: str) -> None:
-    from .export import write_rows
-
-    write_rows(df, fmt, sys.stdout, kind)
 
 
 @main.command()
