@@ -54,7 +54,9 @@ def _iso(ts: datetime | None) -> str | None:
         return None
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=timezone.utc)
-    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # ISO 8601's four-digit year (strftime's %Y prints a year before 1000 in fewer digits, which polars' exports
+    # do not and which Timesketch's datetime cannot be read back from)
+    return ts.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _fields(text: str | None) -> dict[str, Any]:
@@ -224,7 +226,7 @@ def _record_row(r: dict[str, Any], host_w: int, who_w: int) -> str:
 
 
 # what polars does not write as `_record_row` does: a control character or a tab to escape (anything in the
-# host or source), a year before 1000 (Python prints it in fewer digits); such rows are written by `_record_row`
+# host or source); such rows are written by `_record_row`
 _ODD_NAME = "[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
 _ODD_TEXT = "[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
 
@@ -249,8 +251,7 @@ def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int) -
         pl.lit(" "), first,
         pl.when(extra > 0).then(pl.format("  [+{} lines]", extra)).otherwise(pl.lit("")), pl.lit("\n")])
     odd = (pl.col("host").fill_null("").str.contains(_ODD_NAME) | ident.fill_null("").str.contains(_ODD_NAME)
-           | unit.fill_null("").str.contains(_ODD_NAME) | head.str.contains(_ODD_TEXT)
-           | (ts.dt.year() < 1000).fill_null(False))
+           | unit.fill_null("").str.contains(_ODD_NAME) | head.str.contains(_ODD_TEXT))
     chunks = list(frame.iter_slices(VECTOR_SLICE))
     for i in range(0, len(chunks), VECTOR_AT_ONCE):
         group = chunks[i:i + VECTOR_AT_ONCE]
@@ -313,6 +314,62 @@ def write_record_stream(frames: Iterable[pl.DataFrame], fmt: str, out: TextIO) -
     return n
 
 
+def _json_str(col: pl.Expr) -> pl.Expr:
+    """A String column as `json.dumps(value, ensure_ascii=False)` writes it (null: `null`), for values whose only
+    control characters are newlines, returns and tabs (`_TS_ODD` sends the others to the row path)."""
+    esc = (col.str.replace_all("\\", "\\\\", literal=True).str.replace_all('"', '\\"', literal=True)
+           .str.replace_all("\n", "\\n", literal=True).str.replace_all("\r", "\\r", literal=True)
+           .str.replace_all("\t", "\\t", literal=True))
+    return pl.when(col.is_null()).then(pl.lit("null")).otherwise(pl.concat_str([pl.lit('"'), esc, pl.lit('"')]))
+
+
+def _json_int(col: pl.Expr) -> pl.Expr:
+    return pl.when(col.is_null()).then(pl.lit("null")).otherwise(col.cast(pl.String))
+
+
+_TS_ODD = "[\x00-\x08\x0b\x0c\x0e-\x1f]"   # a control character json.dumps writes as an escape of its own
+
+
+def _write_timesketch_records(df: pl.DataFrame, out: TextIO) -> Written:
+    """Records as Timesketch JSON lines built by polars a slice at a time: the text of `_write_timesketch` (rows
+    with a control character json.dumps escapes as \\u00XX are written by it)."""
+    frame = conform(df, RECORD_SCHEMA)
+    timed = frame.filter(pl.col("ts").is_not_null())
+    ts = pl.col("ts").dt.convert_time_zone("UTC")
+    strings = ("ts_source", "host", "ident", "unit", "path", "format")
+    desc = pl.concat_str([pl.lit("Log time"), pl.when(pl.col("ts_source").is_in(sorted(INFERRED)))
+                          .then(pl.lit(", ") + pl.col("ts_source").str.replace_all("_", " ", literal=True))
+                          .otherwise(pl.lit(""))])
+    line = pl.concat_str([
+        pl.lit('{"message": '), _json_str(pl.col("message").fill_null("")),
+        pl.lit(', "datetime": "'), ts.dt.strftime("%Y-%m-%dT%H:%M:%S%.6f+00:00"),
+        pl.lit('", "timestamp": '), ts.dt.epoch("us").cast(pl.String),
+        pl.lit(', "timestamp_desc": '), _json_str(desc),
+        pl.lit(', "ts": "'), ts.dt.strftime("%Y-%m-%dT%H:%M:%S%.6fZ"), pl.lit('"'),
+        *[x for c in ("ts_source", "host", "ident") for x in (pl.lit(f', "{c}": '), _json_str(pl.col(c)))],
+        pl.lit(', "pid": '), _json_int(pl.col("pid")),
+        pl.lit(', "unit": '), _json_str(pl.col("unit")),
+        pl.lit(', "path": '), _json_str(pl.col("path")),
+        pl.lit(', "line": '), _json_int(pl.col("line")), pl.lit(', "line_end": '), _json_int(pl.col("line_end")),
+        pl.lit(', "format": '), _json_str(pl.col("format")), pl.lit("}\n")])
+    odd = pl.any_horizontal([pl.col(c).fill_null("").str.contains(_TS_ODD) for c in ("message", *strings)])
+    for chunk in timed.iter_slices(VECTOR_SLICE):
+        got = chunk.select(line.alias("l"), odd.alias("o"))
+        lines = got.get_column("l")
+        at = got.get_column("o").arg_true()
+        if at.len():
+            fixed = []
+            for i in at.to_list():
+                buf = io.StringIO()
+                _write_timesketch(row_dicts(chunk[i], "records"), buf, "records")
+                fixed.append(buf.getvalue())
+            lines = lines.scatter(at, pl.Series(fixed, dtype=pl.String))
+        buf = io.BytesIO()
+        pl.DataFrame([lines.alias("l")]).write_csv(buf, include_header=False, quote_style="never", line_terminator="")
+        write_bytes(out, buf.getvalue())
+    return Written(timed.height, frame.height - timed.height)
+
+
 def write_rows(df: pl.DataFrame, fmt: str, out: TextIO, kind: Kind) -> Written:
     """Write `df` (a records or an events frame) to `out` in `fmt`; returns how many rows were written."""
     if fmt not in EXPORT_FORMATS:
@@ -329,5 +386,5 @@ def write_rows(df: pl.DataFrame, fmt: str, out: TextIO, kind: Kind) -> Written:
     if fmt == "csv":
         return Written(_write_csv(rows, out, kind))
     if fmt == "timesketch":
-        return _write_timesketch(rows, out, kind)
+        return _write_timesketch_records(df, out) if kind == "records" else _write_timesketch(rows, out, kind)
     return Written(_write_table(rows, out, kind, df))

@@ -91,4 +91,68 @@ def test_record_table_matches_the_row_path(monkeypatch) -> None:  # noqa: ANN001
         monkeypatch.setattr(export, "VECTOR_SLICE", size)
         assert table() == want
     lines = want.split("\n")
-    assert "\\x1b" in lines[6] and "\\u202e" in lines[6] and "[+2 lines]" in lines[2] and lines[8].startswith("999-")
+    assert "\\x1b" in lines[6] and "\\u202e" in lines[6] and "[+2 lines]" in lines[2] and lines[8].startswith("0999-03-04 ")  # ISO 8601: four digits
+
+
+_TS_ALPHABET = 'ab "\\\n\r\t\b\f\x00\x01\x1f\x7f\u0085\u2028é日_'
+
+
+def _ts_frame(rows: list):  # noqa: ANN202 - a records frame
+    from datetime import datetime, timedelta, timezone
+
+    import polars as pl
+
+    from forensics.schema import RECORD_SCHEMA, conform
+
+    base = datetime(2025, 5, 25, tzinfo=timezone.utc)
+    out = []
+    for k, (secs, src, host, ident, pid, unit, msg, path, line) in enumerate(rows):
+        ts = None if secs is None else base + timedelta(microseconds=secs)
+        out.append({"ts": ts, "ts_source": src, "host": host, "ident": ident, "pid": pid, "unit": unit,
+                    "message": msg, "path": path, "line": line, "line_end": None if line is None else line + k,
+                    "format": "journal-short" if k % 2 else None})
+    cols = ["ts", "ts_source", "host", "ident", "pid", "unit", "message", "path", "line", "line_end", "format"]
+    return conform(pl.DataFrame(out, schema={c: RECORD_SCHEMA[c] for c in cols}), RECORD_SCHEMA)
+
+
+def _row_path_timesketch(df) -> tuple[str, int, int]:  # noqa: ANN001
+    import forensics.export as export
+
+    buf = io.StringIO()
+    w = export._write_timesketch(row_dicts(df, "records"), buf, "records")
+    return buf.getvalue(), w.rows, w.skipped
+
+
+def test_timesketch_records_match_the_row_path_on_odd_values() -> None:
+    """Quotes, backslashes, every control character json.dumps escapes, C1 and separators, wide text, nulls,
+    inferred times, untimed rows (left out and counted), years before 1000 and before 1970."""
+    rows = [(0, "exact", "h", "systemd", 1, "x.service", 'say "hi" \\ now', "a.log", 1),
+            (1, "year_inferred", None, None, None, None, None, None, None),
+            (None, "none", "h", None, None, None, "untimed", "a.log", 3),
+            (2, "zone_assumed", "日本", "id\x1f", 5, None, "nl\ncr\rtab\tbs\bff\f nul\x00 del\x7f \u0085\u2028", "p", 4),
+            (-10**15, "boot_anchored", "h", "k", None, None, "before 1970", "d.log", 5),
+            (-62_000_000_000 * 10**6, "exact", "h", "k", None, None, "a year of three digits", "d.log", 6),
+            (3, "monotonic_only", "h", "k", None, "u", "", "d.log", 7)]
+    df = _ts_frame(rows)
+    buf = io.StringIO()
+    w = write_rows(df, "timesketch", buf, "records")
+    assert (buf.getvalue(), w.rows, w.skipped) == _row_path_timesketch(df)
+    assert w.skipped == 1 and w.rows == len(rows) - 1
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_text = st.one_of(st.none(), st.text(alphabet=_TS_ALPHABET, max_size=12))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(-10**12, 10**12)),
+                          st.sampled_from(["exact", "year_inferred", "zone_assumed", "boot_anchored", "none"]),
+                          _text, _text, st.one_of(st.none(), st.integers(0, 10**6)), _text, _text, _text,
+                          st.one_of(st.none(), st.integers(1, 10**6))), max_size=15))
+def test_timesketch_records_match_the_row_path(rows: list) -> None:
+    df = _ts_frame(rows)
+    buf = io.StringIO()
+    w = write_rows(df, "timesketch", buf, "records")
+    assert (buf.getvalue(), w.rows, w.skipped) == _row_path_timesketch(df)
