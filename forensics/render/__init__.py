@@ -19,7 +19,7 @@ from forensics.redact import RedactionMap, Redactor
 from forensics.render.data import ReportData, gather
 from forensics.render.html import render_html
 from forensics.render.jsondoc import SCHEMA_VERSION, render_json
-from forensics.render.markdown import render_markdown, render_markdown_head, render_markdown_upto
+from forensics.render.markdown import render_markdown_upto
 from forensics.render.options import FORMATS, GITHUB_COMMENT_LIMIT, ReportOptions, SourceReader
 from forensics.render.sandbox import Limits
 from forensics.render.templates import html_env, markdown_env
@@ -58,8 +58,7 @@ def render_report(incidents: Sequence[Incident], fmt: Literal["md", "html", "jso
         out = render_html(view, markdown_env(user_dir, limits), html_env(user_dir, limits))
     else:
         env = markdown_env(user_dir, limits)
-        out = fit(view, lambda v: render_markdown(v, env), options.max_chars,
-                  lambda v, cap: render_markdown_upto(v, env, cap), lambda v, n: render_markdown_head(v, env, n))
+        out = fit(view, lambda v, cap: render_markdown_upto(v, env, cap), options.max_chars)
     if redactor is not None:
         redactor.check(out, fmt)
         if options.redact_map is not None:

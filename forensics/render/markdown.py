@@ -83,9 +83,13 @@ def render_markdown(view: ReportView, env: Environment) -> str:
     return tidy(render_template(env, "report.md.j2", report=view))
 
 
-def _tidied(view: ReportView, env: Environment, cap: int) -> tuple[_Tidy, bool]:
-    """The template's lines fed to a _Tidy until its text is known to be longer than `cap`: (it, whether the
-    whole text was fed)."""
+def render_markdown_upto(view: ReportView, env: Environment, cap: int) -> tuple[str, bool]:
+    """(`render_markdown(view, env)`, True); or, once the tidied text is known to be longer than `cap`, (its
+    start, more than `cap` characters of it, False): the template is stopped there (a report trimmed to a GitHub
+    comment need not be rendered whole each time it is tried). User templates are rendered whole, within their
+    limits."""
+    if isinstance(env, BoundedSandbox):
+        return render_markdown(view, env), True
     t = _Tidy()
     head: list[str] = []            # the start of a line whose end has not come yet
     chunks = env.get_template("report.md.j2").generate(report=view)
@@ -100,28 +104,6 @@ def _tidied(view: ReportView, env: Environment, cap: int) -> tuple[_Tidy, bool]:
         head = [lines[-1]]
         if t.at_least > cap:
             chunks.close()
-            return t, False
+            return t.text(), False  # what was fed, tidied: the whole text starts with it
     t.feed("".join(head))
-    return t, True
-
-
-def render_markdown_upto(view: ReportView, env: Environment, cap: int) -> tuple[str | None, int]:
-    """(`render_markdown(view, env)`, its length) when it is at most `cap` characters long, else (None, a length
-    above `cap` it has at least): the template is stopped as soon as the tidied text is known to be longer (a
-    report trimmed to a GitHub comment need not be rendered whole each time it is tried)."""
-    if isinstance(env, BoundedSandbox):  # user templates: rendered within their limits, whole
-        text = render_markdown(view, env)
-        return (text, len(text)) if len(text) <= cap else (None, len(text))
-    t, whole = _tidied(view, env, cap)
-    if not whole:
-        return None, t.at_least
-    text = t.text()
-    return (text, len(text)) if len(text) <= cap else (None, len(text))
-
-
-def render_markdown_head(view: ReportView, env: Environment, n: int) -> str:
-    """The start of `render_markdown(view, env)`, more than `n` characters of it (or all of it)."""
-    if isinstance(env, BoundedSandbox):
-        return render_markdown(view, env)
-    t, _ = _tidied(view, env, n)
-    return t.text()  # what was fed, tidied: the whole text starts with it (trailing blank lines aside)
+    return t.text(), True

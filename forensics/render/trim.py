@@ -10,6 +10,7 @@ Each step leaves a note saying what was left out and how to get everything (`--m
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TypeVar
@@ -58,25 +59,29 @@ def _limit(view: ReportView, excerpts: int, rows: int | None, limit: int) -> Rep
     return replace(view, incidents=tuple(incidents), trim_note=trim_note(view, limit))
 
 
-Rendered = tuple[str | None, int]   # (the text, its length), or (None, a length the text has at least)
+# a render that may stop early: (the text, True), or (its start, longer than the cap it was given, False)
+Render = Callable[[ReportView, int], tuple[str, bool]]
 
 
-def _largest(lo: int, hi: int, render: Callable[[int], Rendered], limit: int, hi_len: int | None = None) -> str | None:
+def _largest(lo: int, hi: int, render: Callable[[int], tuple[str, bool]], limit: int,
+             hi_len: int | None = None) -> str | None:
     """The output for the largest n in [lo, hi] whose output fits in `limit` (its length grows with n), or
-    None. `render(n)` may stop early: (None, a lower bound of the length) for an output too long to be wanted.
-    The same n bisection finds, in fewer renders: each guess interpolates the lengths at the ends of the
-    bracket (`hi_len`, an estimate of the length past `hi`, is only used to guess), every other guess halves
-    the bracket, so it takes at most twice bisection's renders, and about three when the length grows evenly
-    with n."""
+    None. `render(n)` may stop early, past the limit: (the start of its output, False). The same n bisection
+    finds, in fewer renders: each guess interpolates the lengths at the ends of the bracket (`hi_len`, an
+    estimate of the length past `hi`, is only used to guess; a stopped render's length is a lower bound), every
+    other guess halves the bracket, so it takes at most twice bisection's renders, and about three when the
+    length grows evenly with n."""
     if lo > hi:
         return None
     texts: dict[int, str] = {}
 
     def length(n: int) -> int:
-        text, n_len = render(n)
-        if text is not None and n_len <= limit:
+        text, whole = render(n)
+        if not whole:
+            return max(len(text), limit + 1)
+        if len(text) <= limit:
             texts[n] = text
-        return n_len
+        return len(text)
 
     good_len = length(lo)
     if good_len > limit:
@@ -121,41 +126,33 @@ def _hard_cut(text: str, limit: int, note: str) -> str:
     return tail.lstrip("\n")[:limit]
 
 
-def fit(view: ReportView, render: Callable[[ReportView], str], limit: int,
-        upto: Callable[[ReportView, int], Rendered] | None = None,
-        head: Callable[[ReportView, int], str] | None = None) -> str:
-    """`render(view)` if it fits in `limit` characters (0 = no limit), else the trimmed report. `upto(view,
-    cap)`, when given, renders as `render` does but may stop once the text is longer than `cap`: (None, a
-    length it has at least); the reports tried while trimming are then rendered to twice the limit at most.
-    `head(view, n)`, when given, is the start of `render(view)`, more than `n` characters of it (or all)."""
+def fit(view: ReportView, render: Render, limit: int) -> str:
+    """The whole report if it fits in `limit` characters (0 = no limit), else the trimmed report. `render(view,
+    cap)` may stop once the text is longer than `cap`: the reports tried while trimming are rendered to twice
+    the limit at most, and the one cut at the limit only past it."""
     if limit <= 0:
-        return render(view)
-    if upto is None:
-        def upto(v: ReportView, cap: int) -> Rendered:
-            text = render(v)
-            return text, len(text)
+        return render(view, sys.maxsize)[0]
     cap = 2 * limit
-    full, full_len = upto(view, cap)
-    if full is not None and full_len <= limit:
+    full, whole = render(view, cap)
+    if whole and len(full) <= limit:
         return full
 
     total = sum(len(iv.excerpts) for iv in view.incidents)
     no_excerpts: list[int] = []
 
-    def with_excerpts(n: int) -> Rendered:
-        got = upto(_limit(view, n, None, limit), cap)
+    def with_excerpts(n: int) -> tuple[str, bool]:
+        got = render(_limit(view, n, None, limit), cap)
         if n == 0:
-            no_excerpts.append(got[1])
+            no_excerpts.append(len(got[0]))
         return got
 
-    best = _largest(0, total - 1, with_excerpts, limit, full_len)
+    best = _largest(0, total - 1, with_excerpts, limit, len(full))
     if best is not None:
         return best
     most = max((max(len(iv.timeline), len(iv.key_lines)) for iv in view.incidents), default=0)
-    best = _largest(0, most - 1, lambda n: upto(_limit(view, 0, n, limit), cap), limit,
+    best = _largest(0, most - 1, lambda n: render(_limit(view, 0, n, limit), cap), limit,
                     no_excerpts[0] if no_excerpts else None)
     if best is not None:
         return best
     note = ("Trimmed: the report is cut here and the rest left out, " + trim_note(view, limit))
-    least = _limit(view, 0, 0, limit)
-    return _hard_cut(head(least, limit) if head is not None else render(least), limit, note)
+    return _hard_cut(render(_limit(view, 0, 0, limit), limit)[0], limit, note)
