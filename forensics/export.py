@@ -21,7 +21,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal, TextIO
@@ -124,29 +124,36 @@ def _write_csv(rows: Iterator[dict[str, Any]], out: TextIO, kind: Kind) -> int:
 def _write_timesketch(rows: Iterator[dict[str, Any]], out: TextIO, kind: Kind) -> Written:
     n = skipped = 0
     for row in rows:
-        if row["ts"] is None:
+        line = _timesketch_line(row, kind)
+        if line is None:
             skipped += 1
             continue
-        dt = datetime.strptime(row["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
-        micros = (dt - datetime(1970, 1, 1, tzinfo=timezone.utc)) // _MICRO
-        if kind == "events":
-            desc = f"Event time ({row['kind']})"
-            message = row["title"] or row["message"] or ""
-        else:
-            desc = "Log time"
-            message = row["message"] or ""
-        if row["ts_source"] in INFERRED:
-            desc += f", {row['ts_source'].replace('_', ' ')}"
-        doc = {"message": message, "datetime": dt.isoformat(timespec="microseconds"), "timestamp": micros,
-               "timestamp_desc": desc}
-        for k, v in row.items():
-            doc.setdefault(k, v)
-        if kind == "events":
-            doc["log_message"] = row["message"]
-        out.write(_dumps(doc))
-        out.write("\n")
+        out.write(line)
         n += 1
     return Written(n, skipped)
+
+
+def _timesketch_line(row: dict[str, Any], kind: Kind) -> str | None:
+    """The Timesketch JSON line of a row (`row_dicts`), or None for a row without a time."""
+    if row["ts"] is None:
+        return None
+    dt = datetime.strptime(row["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    micros = (dt - datetime(1970, 1, 1, tzinfo=timezone.utc)) // _MICRO
+    if kind == "events":
+        desc = f"Event time ({row['kind']})"
+        message = row["title"] or row["message"] or ""
+    else:
+        desc = "Log time"
+        message = row["message"] or ""
+    if row["ts_source"] in INFERRED:
+        desc += f", {row['ts_source'].replace('_', ' ')}"
+    doc = {"message": message, "datetime": dt.isoformat(timespec="microseconds"), "timestamp": micros,
+           "timestamp_desc": desc}
+    for k, v in row.items():
+        doc.setdefault(k, v)
+    if kind == "events":
+        doc["log_message"] = row["message"]
+    return _dumps(doc) + "\n"
 
 
 _MICRO = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -256,16 +263,22 @@ def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int) -
     for i in range(0, len(chunks), VECTOR_AT_ONCE):
         group = chunks[i:i + VECTOR_AT_ONCE]
         for chunk, got in zip(group, pl.collect_all([c.lazy().select(line.alias("l"), odd.alias("o")) for c in group])):
-            lines = got.get_column("l")
-            at = got.get_column("o").arg_true()
-            if at.len():
-                fixed = [_record_row(r, host_w, who_w) for r in row_dicts(chunk[at], "records")]
-                lines = lines.scatter(at, pl.Series(fixed, dtype=pl.String))
-            buf = io.BytesIO()  # the lines as they are, one after the other (each ends with its newline)
-            pl.DataFrame([lines.alias("l")]).write_csv(buf, include_header=False, quote_style="never",
-                                                       line_terminator="")
-            write_bytes(out, buf.getvalue())
+            _write_lines(chunk, got, lambda r: _record_row(r, host_w, who_w), out)
     return frame.height
+
+
+def _write_lines(chunk: pl.DataFrame, got: pl.DataFrame, row_path: Callable[[dict[str, Any]], str | None],
+                 out: TextIO) -> None:
+    """A slice's lines as polars built them (`got`: `l`, each line with its newline; `o`, the rows polars does not
+    write as the row path does), those rows' lines made by `row_path` from their `row_dicts`."""
+    lines = got.get_column("l")
+    at = got.get_column("o").arg_true()
+    if at.len():
+        fixed = [row_path(r) for r in row_dicts(chunk[at], "records")]
+        lines = lines.scatter(at, pl.Series(fixed, dtype=pl.String))
+    buf = io.BytesIO()  # the lines as they are, one after the other
+    pl.DataFrame([lines.alias("l")]).write_csv(buf, include_header=False, quote_style="never", line_terminator="")
+    write_bytes(out, buf.getvalue())
 
 
 def write_bytes(out: TextIO, data: bytes) -> None:
@@ -354,19 +367,8 @@ def _write_timesketch_records(df: pl.DataFrame, out: TextIO) -> Written:
         pl.lit(', "format": '), _json_str(pl.col("format")), pl.lit("}\n")])
     odd = pl.any_horizontal([pl.col(c).fill_null("").str.contains(_TS_ODD) for c in ("message", *strings)])
     for chunk in timed.iter_slices(VECTOR_SLICE):
-        got = chunk.select(line.alias("l"), odd.alias("o"))
-        lines = got.get_column("l")
-        at = got.get_column("o").arg_true()
-        if at.len():
-            fixed = []
-            for i in at.to_list():
-                buf = io.StringIO()
-                _write_timesketch(row_dicts(chunk[i], "records"), buf, "records")
-                fixed.append(buf.getvalue())
-            lines = lines.scatter(at, pl.Series(fixed, dtype=pl.String))
-        buf = io.BytesIO()
-        pl.DataFrame([lines.alias("l")]).write_csv(buf, include_header=False, quote_style="never", line_terminator="")
-        write_bytes(out, buf.getvalue())
+        _write_lines(chunk, chunk.select(line.alias("l"), odd.alias("o")),
+                     lambda r: _timesketch_line(r, "records"), out)
     return Written(timed.height, frame.height - timed.height)
 
 
