@@ -11,7 +11,7 @@ import contextlib
 import hashlib
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 
@@ -22,6 +22,19 @@ def code_digest(*modules: str) -> str:
     for m in modules:
         h.update(Path(m).read_bytes())
     return h.hexdigest()[:16]
+
+
+def stamps(files: Iterable[Path]) -> str | None:
+    """The name, size and modification time of each file, what a cache derived from them is named after (None
+    when one is gone)."""
+    out = []
+    try:
+        for f in files:
+            st = f.stat()
+            out.append(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\0")
+    except OSError:
+        return None
+    return "".join(out)
 
 
 def write_atomic(files: Sequence[tuple[Path, Callable[[Path], object]]]) -> bool:

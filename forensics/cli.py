@@ -42,17 +42,15 @@ LAZY_COMMANDS = {"rules": "cli_rules", "explain": "cli_rules", "events": "cli_ru
 
 
 class _LazyGroup(click.Group):
-    """A group whose LAZY_COMMANDS are registered by their module when first looked up (or listed in --help)."""
-
-    _loaded: set[str] = set()
+    """A group whose LAZY_COMMANDS are registered by their module when first looked up (or listed in --help):
+    registering adds all of a module's commands, so one missing from the group is one not yet imported."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *(n for n, m in LAZY_COMMANDS.items() if _available(m))})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module = LAZY_COMMANDS.get(cmd_name)
-        if module is not None and cmd_name not in self.commands and module not in self._loaded:
-            self._loaded.add(module)
+        if module is not None and cmd_name not in self.commands:
             mod = _import_optional(module)
             if mod is not None:
                 mod.register(self)
@@ -206,7 +204,7 @@ def timeline(ctx: click.Context, since: str | None, until: str | None, host: str
 
 
 def _write_stream(tl, fmt: str) -> None:  # noqa: ANN001 - a query.TimelineStream
-    """A timeline a window at a time (the same text as `_write` of the whole of it)."""
+    """A timeline a window at a time (the same text as `export.write_rows` of the whole of it)."""
     from .export import table_widths, write_record_stream, write_record_table, write_rows
 
     if fmt == "table":

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import polars as pl
 
-from .cachefiles import code_digest, generation, prune, write_atomic
+from .cachefiles import code_digest, generation, prune, stamps, write_atomic
 from .correlate import SYSTEMD_KINDS, Correlation, EventView, views
 from .schema import EVENT_SCHEMA
 
@@ -384,13 +384,10 @@ _CODE = code_digest(__file__)          # how the frame is computed (and polars' 
 def narrow_cache(cache_dir: Path, files: Sequence[Path], inputs: object) -> Path | None:
     """The cache file of the narrow frame of these events files (their names, sizes and times) read with these
     `inputs` (what fills the hosts and units, JSON-able); None when a file is gone."""
-    h = hashlib.sha256(f"narrow\0{_CODE}\0{pl.__version__}\0".encode())
-    try:
-        for f in files:
-            st = f.stat()
-            h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    except OSError:
+    files_stamp = stamps(files)
+    if files_stamp is None:
         return None
+    h = hashlib.sha256(f"narrow\0{_CODE}\0{pl.__version__}\0{files_stamp}".encode())
     h.update(json.dumps(inputs, sort_keys=True, default=str).encode())
     return cache_dir / f"narrow~{h.hexdigest()[:32]}.parquet"
 

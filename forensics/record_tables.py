@@ -18,7 +18,7 @@ from pathlib import Path, PurePath
 import polars as pl
 
 from . import profile
-from .cachefiles import code_digest, generation, prune, write_atomic
+from .cachefiles import code_digest, generation, prune, stamps, write_atomic
 
 _CODE = code_digest(__file__)           # how the tables are kept (how they are computed: `code`, below)
 
@@ -39,15 +39,15 @@ def unit_of_file(path: str) -> str:
 
 
 def _key(store, source_ids: Sequence[str], code: str) -> str | None:  # noqa: ANN001
-    h = hashlib.sha256(f"tables\0{_CODE}\0{profile._TAG}\0{code}\0".encode())
-    for sid in source_ids:
-        try:
-            f = store.records_file(sid)
-            st = f.stat()
-        except (OSError, KeyError, IndexError):
-            return None
-        h.update(f"{sid}\0{f.name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    return h.hexdigest()[:32]
+    try:
+        files = [store.records_file(sid) for sid in source_ids]
+    except (KeyError, IndexError):
+        return None
+    files_stamp = stamps(files)
+    if files_stamp is None:
+        return None
+    ids = "\0".join(source_ids)
+    return hashlib.sha256(f"tables\0{_CODE}\0{profile._TAG}\0{code}\0{ids}\0{files_stamp}".encode()).hexdigest()[:32]
 
 
 def _paths(cache_dir: Path, key: str) -> tuple[Path, Path, Path]:
