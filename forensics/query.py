@@ -10,12 +10,18 @@ from functools import partial
 
 import polars as pl
 
-from .store import Store
+from .schema import empty_records
+from .store import SourceEntry, Store, scan_files
 
 
 def _filtered(store: Store, since: datetime | None, until: datetime | None, host: str | None, unit: str | None,
-              pattern: str | None) -> pl.LazyFrame:
-    lf = store.records(_overlapping(store, since, until) if since or until else None)
+              pattern: str | None, entries: list[SourceEntry] | None = None) -> pl.LazyFrame:
+    """The records of [since, until) that pass the filters, from the sources of `entries` (one reading of the
+    manifest, so that every window of a stream reads the same sources: a source landing meanwhile is in all of
+    them or in none), or of the manifest read now."""
+    entries = store.sources() if entries is None else entries
+    chosen = _overlapping(entries, since, until) if since or until else entries
+    lf = scan_files([store.file("records", e.source_id, e.records_name) for e in chosen], empty_records())
     if since is not None:
         lf = lf.filter(pl.col("ts") >= since)
     if until is not None:
@@ -31,12 +37,12 @@ def _filtered(store: Store, since: datetime | None, until: datetime | None, host
 
 def timeline_frame(store: Store, since: datetime | None = None, until: datetime | None = None,
                    host: str | None = None, unit: str | None = None, pattern: str | None = None,
-                   untimed: bool = False) -> pl.DataFrame:
+                   untimed: bool = False, entries: list[SourceEntry] | None = None) -> pl.DataFrame:
     """Records in time order (untimed records last, in file order), filtered. `untimed`: only those without
-    a time (the end of a timeline without bounds)."""
+    a time (the end of a timeline without bounds); `entries`: the sources, as `_filtered` takes them."""
     # sorting the keys and gathering the rows of one contiguous frame is several times faster than sorting the
     # frame of many row-group chunks that the scan returns
-    lf = _filtered(store, since, until, host, unit, pattern)
+    lf = _filtered(store, since, until, host, unit, pattern, entries)
     if untimed:
         lf = lf.filter(pl.col("ts").is_null())
     df = lf.collect().rechunk()
@@ -82,11 +88,14 @@ def timeline_stream(store: Store, since: datetime | None = None, until: datetime
     """The timeline of [since, until) a window at a time: records are ordered by time first, so each window's
     records, in order, follow the previous window's (memory holds two windows, the one written and the next
     being read, and the first rows come at once). A bound not given is the first or last time of the records
-    (read from the store); with neither, the records without a time follow, as `timeline_frame` puts them."""
-    whole = _filtered(store, since, until, host, unit, pattern)
+    (read from the store); with neither, the records without a time follow, as `timeline_frame` puts them.
+    The manifest is read once: every window, the span and the widths read the same sources and files (a
+    replaced file stays on disk for the manifest's grace period, store.SUPERSEDED_GRACE)."""
+    entries = store.sources()
+    whole = _filtered(store, since, until, host, unit, pattern, entries)
     lo, hi = since, until
     if lo is None or hi is None:
-        span = _filtered(store, since, until, host, unit, None).select(
+        span = _filtered(store, since, until, host, unit, None, entries).select(
             pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi")).collect()
         first, last = span.row(0)
         lo = first if lo is None else lo
@@ -94,10 +103,10 @@ def timeline_stream(store: Store, since: datetime | None = None, until: datetime
 
     def frames() -> Iterator[pl.DataFrame]:
         reads: list[Callable[[], pl.DataFrame]] = [
-            partial(timeline_frame, store, a, b, host, unit, pattern)
+            partial(timeline_frame, store, a, b, host, unit, pattern, entries=entries)
             for a, b in (timeline_windows(lo, hi) if lo is not None and hi is not None else [])]
         if since is None and until is None:
-            reads.append(partial(timeline_frame, store, None, None, host, unit, pattern, untimed=True))
+            reads.append(partial(timeline_frame, store, None, None, host, unit, pattern, untimed=True, entries=entries))
         # the next window is read while this one is written (polars reads without holding the interpreter)
         with ThreadPoolExecutor(1, thread_name_prefix="timeline") as pool:
             ahead: Future | None = None
@@ -109,17 +118,17 @@ def timeline_stream(store: Store, since: datetime | None = None, until: datetime
     return TimelineStream(frames=frames(), _whole=whole)
 
 
-def _overlapping(store: Store, since: datetime | None, until: datetime | None) -> list[str]:
+def _overlapping(entries: list[SourceEntry], since: datetime | None, until: datetime | None) -> list[SourceEntry]:
     """The sources whose span (in the manifest) meets [since, until): the others are not even opened."""
     keep = []
-    for e in store.sources():
+    for e in entries:
         first, last = _when(e.first_ts), _when(e.last_ts)
         if first is None or last is None:
             if e.first_ts is not None or e.last_ts is not None:  # a span we cannot read: scan it
-                keep.append(e.source_id)
+                keep.append(e)
             continue  # no timed record at all: none passes a time filter
         if (since is None or last >= since) and (until is None or first < until):
-            keep.append(e.source_id)
+            keep.append(e)
     return keep
 
 
