@@ -37,13 +37,13 @@ def corpus(size_mb: int, seed: int) -> Path:
     return out
 
 
-def timed(cmd: list[str], stdout: int | None = subprocess.DEVNULL) -> tuple[float, int, int]:
-    """(seconds, peak RSS bytes, exit code) of one child process."""
+def timed(cmd: list[str], stdout: int | None = subprocess.DEVNULL) -> tuple[float, int, int, float]:
+    """(seconds, peak RSS bytes, exit code, CPU seconds: user + system) of one child process."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.DEVNULL)
     _, status, ru = os.wait4(p.pid, 0)
     dt = time.perf_counter() - t0
-    return dt, ru.ru_maxrss * 1024, os.waitstatus_to_exitcode(status)
+    return dt, ru.ru_maxrss * 1024, os.waitstatus_to_exitcode(status), ru.ru_utime + ru.ru_stime
 
 
 def literals() -> list[str]:
@@ -83,7 +83,7 @@ def main() -> int:
     }
     if args.scaling:  # matching off, in the same alternation: the time matching adds is a difference of medians
         cmds["forensics ingest --no-rules"] = "INGEST --no-rules"  # type: ignore[assignment]
-    results: dict[str, list[tuple[float, int]]] = {k: [] for k, v in cmds.items() if v is not None}
+    results: dict[str, list[tuple[float, int, float]]] = {k: [] for k, v in cmds.items() if v is not None}
     sizes: dict[str, tuple[int, int]] = {}  # (bytes, lines) of rows not on the main corpus
     store_dir = Path(tempfile.mkdtemp())
     other = Path(tempfile.mkdtemp())  # the stores of the variants (matching off, more rules, the big corpus)
@@ -95,30 +95,30 @@ def main() -> int:
                 where = store_dir if cmd == "INGEST" else other / "v"
                 shutil.rmtree(where, ignore_errors=True)
                 cmd = [forensics, "--store", str(where), "ingest", "--quiet", *cmd.split()[1:], *files]
-            dt, rss, rc = timed(cmd)  # type: ignore[arg-type]
+            dt, rss, rc, cpu = timed(cmd)  # type: ignore[arg-type]
             if name.startswith("forensics ingest") and rc != 0:
                 print(f"forensics ingest failed (exit {rc})", file=sys.stderr)
                 return 1
-            results[name].append((dt, rss))
-            print(f"run {run + 1}: {name}: {dt:.2f} s, {rss / 2**20:.0f} MiB", file=sys.stderr)
+            results[name].append((dt, rss, cpu))
+            print(f"run {run + 1}: {name}: {dt:.2f} s, CPU {cpu:.1f} s, {rss / 2**20:.0f} MiB", file=sys.stderr)
     if args.scaling:
         variants = {}
         for k in (2, 4):
             variants[f"forensics ingest, {k}x rules"] = [a for d in scaled_rules(k) for a in ("--rules", d)]
         for name, extra in variants.items():
             shutil.rmtree(other / "v", ignore_errors=True)
-            dt, rss, rc = timed([forensics, "--store", str(other / "v"), "ingest", "--quiet", *extra, *files])
-            results[name] = [(dt, rss)]
+            dt, rss, rc, cpu = timed([forensics, "--store", str(other / "v"), "ingest", "--quiet", *extra, *files])
+            results[name] = [(dt, rss, cpu)]
             print(f"{name}: {dt:.2f} s, {rss / 2**20:.0f} MiB (exit {rc})", file=sys.stderr)
     if args.big_mb:
         big = corpus(args.big_mb, args.seed)
         big_files = [str(big / f) for f in FILES]
         shutil.rmtree(other / "big", ignore_errors=True)
-        dt, rss, rc = timed([forensics, "--store", str(other / "big"), "ingest", "--quiet", *big_files])
+        dt, rss, rc, cpu = timed([forensics, "--store", str(other / "big"), "ingest", "--quiet", *big_files])
         big_size = sum(os.path.getsize(f) for f in big_files)
         big_lines = sum(1 for f in big_files for _ in open(f, "rb"))
         name = f"forensics ingest, {args.big_mb} MiB corpus"
-        results[name] = [(dt, rss)]
+        results[name] = [(dt, rss, cpu)]
         sizes[name] = (big_size, big_lines)
         shutil.rmtree(other / "big", ignore_errors=True)
         print(f"{name}: {dt:.2f} s, {rss / 2**20:.0f} MiB (exit {rc})", file=sys.stderr)
@@ -127,28 +127,33 @@ def main() -> int:
         size_n, lines_n = sizes.get(name, (size, lines))
         t = statistics.median(x[0] for x in rs)
         rss = statistics.median(x[1] for x in rs)
-        rows.append({"command": name, "seconds": round(t, 3), "mb_s": round(size_n / 1e6 / t, 1),
+        rows.append({"command": name, "seconds": round(t, 3), "cpu_s": round(statistics.median(x[2] for x in rs), 2),
+                     "mb_s": round(size_n / 1e6 / t, 1),
                      "lines_s": round(lines_n / t), "peak_rss_mib": round(rss / 2**20, 1)})
     ours = next(r for r in rows if r["command"] == "forensics ingest")
     for r in rows:
         r["forensics_vs_this"] = round(r["mb_s"] / ours["mb_s"], 2)
     found = check_truth(store_dir, data)
-    matching = None
-    if "forensics ingest --no-rules" in results:
-        bare = statistics.median(x[0] for x in results["forensics ingest --no-rules"])
-        matching = round((ours["seconds"] - bare) / bare, 3)  # the time matching adds, as a share of the rest
+    matching = matching_cpu = None
+    if "forensics ingest --no-rules" in results:  # the time matching adds, as a share of the rest
+        bare = results["forensics ingest --no-rules"]
+        matching = round((ours["seconds"] - statistics.median(x[0] for x in bare)) / statistics.median(x[0] for x in bare), 3)
+        # CPU time too (user + system, summed over both cores): this VM's wall times vary by more than the margin
+        matching_cpu = round((ours["cpu_s"] - statistics.median(x[2] for x in bare)) / statistics.median(x[2] for x in bare), 3)
+        pairs = [round(a[0] / b[0] - 1, 3) for a, b in zip(results["forensics ingest"], bare)]
     report = {"corpus": str(data), "size_bytes": size, "lines": lines, "runs": args.runs, "rows": rows,
-              "matching_adds": matching, "truth": found}
+              "matching_adds": matching, "matching_adds_cpu": matching_cpu, "truth": found}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(f"\ncorpus: {size / 2**20:.0f} MiB, {lines:,} lines, medians of {args.runs} runs\n")
-    print("| command | s | MB/s | lines/s | peak RSS MiB | x forensics |")
-    print("|---|---|---|---|---|---|")
+    print("| command | s | CPU s | MB/s | lines/s | peak RSS MiB | x forensics |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['command']} | {r['seconds']} | {r['mb_s']:,} | {r['lines_s']:,} | {r['peak_rss_mib']:,} | "
-              f"{r['forensics_vs_this']} |")
+        print(f"| {r['command']} | {r['seconds']} | {r['cpu_s']} | {r['mb_s']:,} | {r['lines_s']:,} | "
+              f"{r['peak_rss_mib']:,} | {r['forensics_vs_this']} |")
     if matching is not None:
-        print(f"\nmatching adds {matching:.0%} to the ingest time (full ingest vs --no-rules)")
+        print(f"\nmatching adds {matching:.0%} to the ingest time and {matching_cpu:.0%} to its CPU time (full ingest "
+              f"vs --no-rules, medians; run by run: {', '.join(f'{p:+.0%}' for p in pairs)})")
     print(f"\nplanted incidents found: {found['found']}/{found['total']}")
     for miss in found["missed"]:
         print(f"  missed: {miss}")
