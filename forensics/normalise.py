@@ -36,11 +36,7 @@ def normalise_batch(recs: pl.DataFrame) -> pl.DataFrame:
                  msg.str.extract(UNIT_PREFIX, 1))
     recs = _fill(recs, "rank", msg.str.starts_with("[").fill_null(False) & pl.col("rank").is_null(),
                  msg.str.extract(SGLANG_IN_MSG, 2).str.strip_chars().replace("", None))
-    journal = pl.col("format").is_in(list(JOURNAL_TEXT)) & pl.col("pid").is_not_null()
-    starts = recs.filter(journal & msg.str.contains(_BLOCK_RX))
-    if starts.height:
-        recs = _merge_journal_blocks(recs, starts.select(KEY).unique())
-    return recs
+    return _merge_journal_blocks(recs)
 
 
 def _outside_years(recs: pl.DataFrame) -> pl.DataFrame:
@@ -65,30 +61,42 @@ def _fill(recs: pl.DataFrame, col: str, mask: pl.Expr, value: pl.Expr) -> pl.Dat
     return recs.with_columns(recs[col].scatter(idx, vals))
 
 
-def _merge_journal_blocks(recs: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
+def _merge_journal_blocks(recs: pl.DataFrame) -> pl.DataFrame:
     """A traceback logged through the journal is one entry per line; make it one record again.
 
     Within one (host, ident, pid), a block starts at `Traceback (most recent call last):` (or c10's
     `Exception raised from`) and takes the entries of that process that follow it, line after line, until
     one that starts a new log record (an SGLang/glog/uvicorn prefix), a line of anything else in between (so
-    a record's lines are a run: no other record inside its span) or a gap of more than 2 s. Only the processes
-    that logged a block start in this batch (`keys`) are looked at."""
-    journal = pl.col("format").is_in(list(JOURNAL_TEXT)) & pl.col("pid").is_not_null()
+    a record's lines are a run: no other record inside its span) or a gap of more than 2 s.
+
+    So a block lies inside a *run*: consecutive journal rows of one process. The runs are found by comparing
+    each row with the one before it, and only the runs holding a block start's literal are looked at further
+    (a batch holds a hundred thousand lines and a handful of tracebacks)."""
+    journal = (pl.col("format").is_in(list(JOURNAL_TEXT)) & pl.col("pid").is_not_null()).fill_null(False)
     df = recs.with_row_index("_i")
-    j = df.filter(journal).join(keys, on=KEY, how="semi")
-    gap = (pl.col("ts") - pl.col("ts").shift(1).over(KEY)).dt.total_seconds().abs()
-    # a line of another process (or one no format read) in between ends the block: a record is a run of lines
-    apart = (pl.col("_i") - pl.col("_i").shift(1).over(KEY)).ne(1).fill_null(True)
-    new_rec = (pl.col("message").str.contains(NEW_RECORD) | gap.is_null() | (gap > 2) | apart)
+    same = pl.lit(True)
+    for k in KEY:
+        same = same & pl.col(k).eq_missing(pl.col(k).shift(1))
+    flags = df.select(journal.alias("_j"), pl.col("message").str.contains(_BLOCK_RX).fill_null(False).alias("_s"),
+                      same.fill_null(False).alias("_same"))
+    in_run = flags["_j"] & flags["_j"].shift(1, fill_value=False) & flags["_same"]
+    run = (~in_run).cum_sum().alias("_run")
+    if not (flags["_j"] & flags["_s"]).any():
+        return recs
+    starting = run.filter(flags["_j"] & flags["_s"]).unique()
+    j = df.with_columns(run).filter(pl.col("_run").is_in(starting.implode()))
+    # a run's first row has no gap (null): it starts a record
+    gap = (pl.col("ts") - pl.col("ts").shift(1).over("_run")).dt.total_seconds().abs()
+    new_rec = (pl.col("message").str.contains(NEW_RECORD) | gap.is_null() | (gap > 2))
     start = pl.col("message").str.contains(BLOCK_START)
     j = j.with_columns(new_rec.alias("_new"), start.alias("_start"))
-    j = j.with_columns(pl.when(pl.col("_new")).then(pl.col("_start")).forward_fill().over(KEY).alias("_in"))
+    j = j.with_columns(pl.when(pl.col("_new")).then(pl.col("_start")).forward_fill().over("_run").alias("_in"))
     j = j.with_columns((pl.col("_in") & ~pl.col("_new")).alias("_cont"))
     if not j["_cont"].any():
         return recs
-    j = j.with_columns((~pl.col("_cont")).cum_sum().over(KEY).alias("_blk"))
+    j = j.with_columns((~pl.col("_cont")).cum_sum().over("_run").alias("_blk"))
     # each block's first row keeps its place and takes the block's message and last line; the others go
-    merged = (j.group_by([*KEY, "_blk"], maintain_order=True)
+    merged = (j.group_by(["_run", "_blk"], maintain_order=True)
               .agg(pl.col("_i").first(), pl.col("line_end").max().alias("_end"),
                    pl.col("message").str.join("\n").alias("_msg"), pl.len().alias("_n"))
               .filter(pl.col("_n") > 1).select("_i", "_end", "_msg"))
