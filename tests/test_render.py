@@ -153,6 +153,10 @@ def test_mdsafe_units() -> None:
     assert inline("a|b [x](y) <z> *q* _u_") == "a\\|b \\[x\\](y) \\<z\\> \\*q\\* \\_u\\_"
     assert inline("1. not a list") == "1\\. not a list" and inline("0.90 x") == "0.90 x"
     assert inline("see http://x.example/a") == "see `http://x.example/a`"
+    # a word that starts like a URI is code; a word ending in a colon before punctuation is prose (a filled-in
+    # exception message `Ninja build failed. Ninja output:` followed by the template's `),`)
+    assert inline("javascript:alert(1) mailto:x urn:isbn:1") == "`javascript:alert(1)` `mailto:x` `urn:isbn:1`"
+    assert inline("(Ninja output:), raised") == "(Ninja output:), raised"
     assert code("a|b") == "`a`\\|`b`" and code("``x") == "``` ``x ```"
     assert prose("use `--x` now") == "use `--x` now"
     assert fence("a\n````\nb") == "`````\na\n````\nb\n`````"

@@ -27,7 +27,9 @@ class Md(str):
 # C0 controls except TAB and LF, DEL, C1 controls, and the Unicode bidi controls (Trojan Source).
 _INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _ACTIVE = re.compile(r"([\\`*_\[\]<>!|~&$#{}])")
-_LINKISH = re.compile(r"://|\bwww\.|@|#\d|^[A-Za-z][A-Za-z0-9+.-]*:[^\s]")
+# a word that starts like a URI (`scheme:` and the start of a body: `javascript:alert`, `mailto:x`, `urn:isbn`) is
+# put in code too; a word ending in a colon before punctuation (`output:),`) is prose
+_LINKISH = re.compile(r"://|\bwww\.|@|#\d|^[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9/?%]")
 _BACKTICKS = re.compile(r"`+")
 # where prose opens and closes its code spans: `(`see `x`, ...)`; any other backtick is shown as text
 _OPENS_AFTER = frozenset(" \t([{\"'/")
