@@ -77,6 +77,7 @@ from .model import Conclusion, Confidence, Event, Evidence, Gap, Incident, Sourc
 DEFAULT_GAP_MINUTES = 15.0
 _CODE = code_digest(__file__)          # names the caches this module computes (forensics.record_tables)
 UNDATED_LINES = 500                    # untimed significant events this close in one source: one incident
+SGLANG_DEFAULT_PORT = "30000"          # `{port}` of a unit whose launch configuration gives none
 CONTEXT_KINDS = frozenset({"server_config", "server_ready", "server_start", "service_started", "boot"})
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 # correlations fired only where they can matter (forensics.correlate_local); off: at every anchor, as a check
@@ -517,7 +518,8 @@ class _Explainer:
         except Exception:  # noqa: BLE001 - an incident is still worth building without the rule texts
             self.rules = None
 
-    def event(self, e: EventView, role: str) -> Event:
+    def event(self, e: EventView, role: str, ports: Mapping[str | None, str] | None = None) -> Event:
+        """`ports`: unit -> the port its launch configuration gives (`{port}`; SGLang's default without one)."""
         texts = self.rules.get(e.rule) if self.rules is not None else None
         explain, steps = "", ()
         if texts is not None:
@@ -527,7 +529,8 @@ class _Explainer:
             vals.update({"unit": e.entities.get("unit"), "host": e.host, "pid": e.entities.get("pid"),
                          "since": fmt_when(since) if since else None, "until": fmt_when(until) if until else None,
                          "ts": iso(e.ts), "path": e.path, "line": e.line, "rank": e.entities.get("rank"),
-                         "rule": e.rule, "kind": e.kind})
+                         "rule": e.rule, "kind": e.kind,
+                         "port": (ports or {}).get(e.entities.get("unit"), SGLANG_DEFAULT_PORT)})
             explain = fill(rule_explain, vals)
             steps = tuple(fill(s, vals) for s in rule_steps)
         pid = e.entities.get("pid")
@@ -914,7 +917,8 @@ class _Builder:
             for f in ordered:
                 for eid, r in f.roles:
                     roles.setdefault(eid, r)
-            events = tuple(explainer.event(e, roles.get(e.id, e.role)) for e in members)
+            ports = {x.unit: next((f.value for f in x.flags if f.name == "--port"), SGLANG_DEFAULT_PORT) for x in cfgs}
+            events = tuple(explainer.event(e, roles.get(e.id, e.role), ports) for e in members)
             conclusions = tuple(_with_copies(f.conclusion, src.copies, by_loc) for f in ordered)
             symptoms = tuple(sorted(dict.fromkeys(x for f in ordered for x in f.conclusion.explains),
                                     key=lambda x: (by_id[x].t or 0.0, by_id[x].seq) if x in by_id else (0.0, 0)))

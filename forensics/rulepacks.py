@@ -130,8 +130,10 @@ KINDS: dict[str, Role] = {
 CAST_NAMES = ("int", "float", "str", "bool", "kb", "bytes", "duration", "duration_ms", "flags", "signal",
               "sm_arch", "cgroup_unit", "lower", "command")
 
-# Placeholders every title / explain / next_steps template may use besides the rule's own fields.
-STANDARD_PLACEHOLDERS = ("unit", "host", "pid", "since", "until", "ts", "path", "line", "rank", "rule", "kind")
+# Placeholders every title / explain / next_steps template may use besides the rule's own fields. `port`: the port
+# the unit's server listens on, from its launch configuration's `--port` (SGLang's default, 30000, without one).
+STANDARD_PLACEHOLDERS = ("unit", "host", "pid", "since", "until", "ts", "path", "line", "rank", "rule", "kind",
+                         "port")
 
 PACK_KEYS = ("pack", "version", "description", "kinds", "lookups", "rules")
 RULE_KEYS = ("id", "kind", "severity", "role", "applies", "pattern", "literals", "ignore_case", "engine", "exclude",

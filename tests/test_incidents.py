@@ -306,3 +306,24 @@ def test_cli_incidents_json_and_selection(tmp_path: Path) -> None:
     assert r.exit_code == 2
     r = CliRunner().invoke(main, ["--store", str(tmp_path / "nowhere"), "incidents"])
     assert r.exit_code == 2 and "no store" in r.stderr
+
+
+@pytest.mark.skipif(not _have_pipeline(), reason="forensics.match not there yet")
+@pytest.mark.parametrize("port", ["30001", None])
+def test_next_steps_name_the_port_the_units_configuration_gives(tmp_path: Path, port: str | None) -> None:
+    """`{port}` in a rule's next steps is the unit's `--port` (sglang-k26.service runs on 30001 in the seed), and
+    SGLang's default, 30000, when no configuration of the unit sets one."""
+    logs = tmp_path / "logs"
+    shutil.copytree(SAMPLES, logs)
+    if port is None:  # every launch configuration of the seed without its port
+        for p in logs.iterdir():
+            text = p.read_text()
+            p.write_text(text.replace(" --port 30001", "").replace(" port=30001,", "").replace("'port': 30001, ", ""))
+    store = _ingest(tmp_path / "store", *sorted(str(p) for p in logs.iterdir()))
+    (inc,) = build_incidents(store)
+    ready = [e for e in inc.events if e.kind == "server_ready" and e.unit == "sglang-k26.service"]
+    assert ready, [(e.kind, e.unit) for e in inc.events]
+    want = f"localhost:{port or '30000'}/health_generate"
+    assert all(any(want in s for s in e.next_steps) for e in ready), [e.next_steps for e in ready]
+    if port is None:
+        assert all(f.name != "--port" for c in inc.configs for f in c.flags)
