@@ -94,9 +94,15 @@ def _merge_journal_blocks(recs: pl.DataFrame) -> pl.DataFrame:
     j = j.with_columns((pl.col("_in") & ~pl.col("_new")).alias("_cont"))
     if not j["_cont"].any():
         return recs
-    j = j.with_columns((~pl.col("_cont")).cum_sum().over("_run").alias("_blk"))
-    # each block's first row keeps its place and takes the block's message and last line; the others go
-    merged = (j.group_by(["_run", "_blk"], maintain_order=True)
+    return merge_blocks(recs, df, j, ["_run"])
+
+
+def merge_blocks(recs: pl.DataFrame, df: pl.DataFrame, j: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """`recs` with each block of `j` (its rows of `df`, `recs` with a row index `_i`, marked `_cont` where a row
+    continues the block before it) made one record: the block's first row keeps its place and takes the block's
+    message and last line; the others go. `by`: the columns a block never crosses."""
+    j = j.with_columns((~pl.col("_cont")).cum_sum().over(by).alias("_blk"))
+    merged = (j.group_by([*by, "_blk"], maintain_order=True)
               .agg(pl.col("_i").first(), pl.col("line_end").max().alias("_end"),
                    pl.col("message").str.join("\n").alias("_msg"), pl.len().alias("_n"))
               .filter(pl.col("_n") > 1).select("_i", "_end", "_msg"))

@@ -13,14 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forensics.formats import JOURNAL_TEXT
-from forensics.normalise import _BLOCK_RX, BLOCK_START, KEY, NEW_RECORD, _merge_journal_blocks
+from forensics.normalise import _BLOCK_RX, BLOCK_START, KEY, NEW_RECORD, _merge_journal_blocks, merge_blocks
 
 T0 = datetime(2025, 5, 25, 20, 0, tzinfo=timezone.utc)
 
 
 def reference(recs: pl.DataFrame) -> pl.DataFrame:
     """The earlier version, kept as the reference: every row of each (host, ident, pid) that logged a block start
-    in the batch, windows over the process."""
+    in the batch, windows over the process (the merge of the blocks found is `merge_blocks`, shared)."""
     journal = pl.col("format").is_in(list(JOURNAL_TEXT)) & pl.col("pid").is_not_null()
     keys = recs.filter(journal & pl.col("message").str.contains(_BLOCK_RX)).select(KEY).unique()
     if keys.height == 0:
@@ -36,16 +36,7 @@ def reference(recs: pl.DataFrame) -> pl.DataFrame:
     j = j.with_columns((pl.col("_in") & ~pl.col("_new")).alias("_cont"))
     if not j["_cont"].any():
         return recs
-    j = j.with_columns((~pl.col("_cont")).cum_sum().over(KEY).alias("_blk"))
-    merged = (j.group_by([*KEY, "_blk"], maintain_order=True)
-              .agg(pl.col("_i").first(), pl.col("line_end").max().alias("_end"),
-                   pl.col("message").str.join("\n").alias("_msg"), pl.len().alias("_n"))
-              .filter(pl.col("_n") > 1).select("_i", "_end", "_msg"))
-    gone = j.filter(pl.col("_cont")).get_column("_i")
-    out = (df.filter(~pl.col("_i").is_in(gone.implode()))
-           .join(merged, on="_i", how="left", maintain_order="left"))
-    return out.with_columns(pl.coalesce(pl.col("_msg"), pl.col("message")).alias("message"),
-                            pl.coalesce(pl.col("_end"), pl.col("line_end")).alias("line_end")).select(recs.columns)
+    return merge_blocks(recs, df, j, KEY)  # shared: the property is about which rows form a block
 
 
 MESSAGES = ["Traceback (most recent call last):", '  File "x.py", line 1, in f', "    raise RuntimeError()",
