@@ -191,13 +191,16 @@ def check_ingest(data: bytes, fmt: str | None = None) -> None:
 
 
 def json_text_kept(recs: pl.DataFrame, data: bytes) -> None:
-    """A journal-json line that is not a JSON object (a half-written last line) keeps its text."""
+    """A journal-json line that is not a JSON object (a half-written last line) keeps its text. A json-sse event
+    spans its blank line too, so only a last event without one is checked here."""
     rows = recs.filter(pl.col("format").str.starts_with("journal-json") & (pl.col("line") == pl.col("line_end")))
     if not rows.height:
         return
     lines = data.decode("utf-8", "replace").replace("\x00", "\ufffd").split("\n")
-    for ln, msg in zip(rows["line"].to_list(), rows["message"].to_list()):
+    for ln, msg, fmt in zip(rows["line"].to_list(), rows["message"].to_list(), rows["format"].to_list()):
         text = lines[ln - 1].rstrip("\r").strip().lstrip("\x1e")
+        if fmt == "journal-json-sse":  # an event's object follows `data: `
+            text = text.removeprefix("data: ")
         try:
             ok = isinstance(json.loads(text), dict)
         except ValueError:

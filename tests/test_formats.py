@@ -64,3 +64,21 @@ def test_a_journal_traceback_is_one_record_of_consecutive_lines() -> None:
     spans = list(zip(recs["line"].to_list(), recs["line_end"].to_list()))
     assert spans == [(1, 3), (4, 4), (5, 5), (6, 7)]
     assert recs["message"][0].count("\n") == 2
+
+
+@pytest.mark.parametrize("name", ["journal-json-sse", "journal-json-pretty", "journal-json-seq", "journal-json"])
+def test_structured_batches_cut_anywhere_give_the_same_records(name: str) -> None:
+    """A batch may end anywhere in a structured source (in a pretty object, between a json-sse event and the blank
+    line that ends it): the records of all the cuts are those of parsing it whole."""
+    from forensics.parse import ParseContext, parse_structured
+
+    text = (SAMPLES / f"{name}.log").read_text().rstrip("\n").split("\n")
+    frame = pl.DataFrame({"line": list(range(1, len(text) + 1)), "text": text},
+                         schema={"line": pl.Int64, "text": pl.String})
+    fmt, ctx, cols = FORMATS[name], ParseContext(path="p"), ["line", "line_end", "message", "ts", "format"]
+    whole, _ = parse_structured(fmt, frame, ctx, final=True)
+    assert whole["line_end"].max() == len(text) or name != "journal-json-sse"
+    for cut in range(1, frame.height):
+        a, carry = parse_structured(fmt, frame.head(cut), ctx, final=False)
+        b, _ = parse_structured(fmt, pl.concat([carry, frame.slice(cut)]), ctx, final=True)
+        assert pl.concat([a, b]).select(cols).equals(whole.select(cols)), cut

@@ -14,6 +14,7 @@ from . import (
     glog,
     journal_json,
     journal_short,
+    journal_short_delta,
     journal_short_full,
     journal_short_iso,
     journal_short_iso_precise,
@@ -40,6 +41,7 @@ _ALL: tuple[LineFormat, ...] = (
     journal_short_full.FORMAT,
     journal_with_unit.FORMAT,
     journal_short_monotonic.FORMAT,
+    journal_short_delta.FORMAT,
     journal_short_unix.FORMAT,
     *journal_json.FORMATS,
     systemctl_status.FORMAT,
@@ -66,10 +68,10 @@ TEXT = text.FORMAT
 
 JOURNAL_TEXT = frozenset({
     "journal-short", "journal-short-precise", "journal-short-iso", "journal-short-iso-precise",
-    "journal-short-full", "journal-with-unit", "journal-short-monotonic", "journal-short-unix",
+    "journal-short-full", "journal-with-unit", "journal-short-monotonic", "journal-short-delta", "journal-short-unix",
     "syslog", "syslog-rfc3339",
 })
-JOURNAL_ALL = JOURNAL_TEXT | {"journal-json", "journal-json-pretty", "journal-json-seq"}
+JOURNAL_ALL = JOURNAL_TEXT | {"journal-json", "journal-json-pretty", "journal-json-seq", "journal-json-sse"}
 DMESG = frozenset({"dmesg", "dmesg-prio", "dmesg-decode", "dmesg-ctime", "dmesg-iso"})
 
 __all__ = ["FORMATS", "TEXT", "JOURNAL_TEXT", "JOURNAL_ALL", "DMESG", "LineFormat", "StructuredFormat", "Stamp",

@@ -1,4 +1,4 @@
-"""Formats `journal-json`, `journal-json-pretty`, `journal-json-seq`: journalctl's JSON output modes.
+"""Formats `journal-json`, `journal-json-pretty`, `journal-json-seq`, `journal-json-sse`: journalctl's JSON output modes.
 
 Fields are read with polars' JSON path matching over whole batches. `MESSAGE` given as an array of byte
 values (non-UTF-8 or non-printable text) is decoded with replacement; a `null` field (journalctl omits
@@ -94,7 +94,7 @@ class JournalJson(StructuredFormat):
     def parse_batch(self, lines: pl.DataFrame, ctx: PostContext, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Objects become records; a blank line or a line that is no journal object (a half-written last
         line) is kept as an untimed `text` record with its text, never dropped."""
-        text = pl.col("text").str.strip_chars_start("\x1e")
+        text = self.object_text()
         is_obj = text.str.starts_with("{") & text.str.json_path_match("$.__REALTIME_TIMESTAMP").is_not_null()
         marked = lines.with_columns(is_obj.fill_null(False).alias("_obj"))
         objs = marked.filter(pl.col("_obj")).select("line", pl.col("line").alias("line_end"), text.alias("obj"))
@@ -105,6 +105,30 @@ class JournalJson(StructuredFormat):
         rest = other.select("line", pl.col("line").alias("line_end"), pl.col("text").alias("message"),
                             pl.lit(TimeSource.NONE.value).alias("ts_source"), pl.lit("text").alias("format"))
         return pl.concat([recs, rest], how="diagonal_relaxed").sort("line"), lines.clear()
+
+
+    def object_text(self) -> pl.Expr:
+        """A line's JSON object (json-seq's record separator taken off)."""
+        return pl.col("text").str.strip_chars_start("\x1e")
+
+
+class JournalJsonSse(JournalJson):
+    """json-sse (server-sent events): `data: {...}`, then a blank line, which ends the event and is part of its
+    record (`line_end`); an object at the end of a batch waits for the next one, which holds its blank line."""
+
+    def object_text(self) -> pl.Expr:
+        return pl.col("text").str.strip_prefix("data: ")
+
+    def parse_batch(self, lines: pl.DataFrame, ctx: PostContext, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+        event = pl.col("text").str.starts_with("data: ")
+        carry = lines.clear()
+        if not final and lines.height and lines.select(event.last()).item():
+            lines, carry = lines.head(lines.height - 1), lines.tail(1)
+        ends = lines.filter((pl.col("text") == "") & event.shift(1).fill_null(False)).get_column("line")
+        recs, _ = super().parse_batch(lines.filter(~pl.col("line").is_in(ends.implode())), ctx, final)
+        closed = pl.col("line").is_in((ends - 1).implode()) & (pl.col("format") == self.name)
+        return recs.with_columns(pl.when(closed).then(pl.col("line") + 1).otherwise(pl.col("line_end"))
+                                 .alias("line_end")), carry
 
 
 class JournalJsonPretty(StructuredFormat):
@@ -163,5 +187,14 @@ FORMATS = (
         continuation=Continuation.NONE,
         priority=0,
         example='\\x1e{"__REALTIME_TIMESTAMP":"1748204239000000","MESSAGE":"..."}',
+    ),
+    JournalJsonSse(
+        name="journal-json-sse",
+        description="journalctl -o json-sse (server-sent events): `data: {...}` then a blank line",
+        pattern='^data: \\{.*"__REALTIME_TIMESTAMP"',
+        stamp=Stamp.EPOCH,
+        continuation=Continuation.NONE,
+        priority=0,
+        example='data: {"__REALTIME_TIMESTAMP":"1748204239000000","MESSAGE":"..."}',
     ),
 )
