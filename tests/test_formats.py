@@ -66,7 +66,8 @@ def test_a_journal_traceback_is_one_record_of_consecutive_lines() -> None:
     assert recs["message"][0].count("\n") == 2
 
 
-@pytest.mark.parametrize("name", ["journal-json-sse", "journal-json-pretty", "journal-json-seq", "journal-json"])
+@pytest.mark.parametrize("name", ["journal-json-sse", "journal-json-pretty", "journal-json-seq", "journal-json",
+                                  "journal-verbose"])
 def test_structured_batches_cut_anywhere_give_the_same_records(name: str) -> None:
     """A batch may end anywhere in a structured source (in a pretty object, between a json-sse event and the blank
     line that ends it): the records of all the cuts are those of parsing it whole."""
@@ -82,3 +83,23 @@ def test_structured_batches_cut_anywhere_give_the_same_records(name: str) -> Non
         a, carry = parse_structured(fmt, frame.head(cut), ctx, final=False)
         b, _ = parse_structured(fmt, pl.concat([carry, frame.slice(cut)]), ctx, final=True)
         assert pl.concat([a, b]).select(cols).equals(whole.select(cols)), cut
+
+
+def test_journal_verbose_entries() -> None:
+    """-o verbose without --utc prints the zone's abbreviation (CEST is +02:00); a MESSAGE journalctl did not print
+    (`[97B blob data]`) and an entry without one say so; the fields of an entry may come in any order."""
+    text = "\n".join([
+        "Sun 2025-05-25 22:17:19.419012 CEST [s=ab12;i=1;b=cd34;m=1e240;t=2;x=3]",
+        "    MESSAGE=sglang.service: Main process exited, code=killed, status=9/KILL",
+        "    _HOSTNAME=gpu-node-1", "    SYSLOG_IDENTIFIER=systemd", "    _PID=1", "    UNIT=sglang.service",
+        "Sun 2025-05-25 22:17:20.000001 CEST [s=ab12;i=2;b=cd34;m=1e241;t=3;x=4]",
+        "    _HOSTNAME=gpu-node-1", "    MESSAGE=[97B blob data]", "    _COMM=python3",
+        "Sun 2025-05-25 22:17:21.000000 CEST [s=ab12;i=3;b=cd34;m=1e242;t=4;x=5]", "    _HOSTNAME=gpu-node-1"])
+    recs = parse_text(text + "\n", path="v.log").sort("line")
+    assert recs["format"].to_list() == ["journal-verbose"] * 3
+    assert recs["ts"][0].isoformat() == "2025-05-25T20:17:19.419012+00:00" and recs["ts_source"][0] == "exact"
+    assert recs.select("host", "ident", "pid", "unit").row(0) == ("gpu-node-1", "systemd", 1, "sglang.service")
+    assert recs["mono"][0] == 0x1e240 / 1e6 and recs["boot_id"][0] == "cd34"
+    assert recs["message"][1].startswith("<MESSAGE [97B blob data] not printed") and recs["ident"][1] == "python3"
+    assert recs["message"][2] == "<entry without a MESSAGE field>"
+    assert list(zip(recs["line"], recs["line_end"])) == [(1, 6), (7, 10), (11, 12)]

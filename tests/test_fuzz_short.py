@@ -44,6 +44,8 @@ PIECES = [
     '{"__REALTIME_TIMESTAMP":"17482', "\x1e{\"__REALTIME_TIMESTAMP\":\"1748204239000000\",\"MESSAGE\":\"x\"}",
     'data: {"__REALTIME_TIMESTAMP":"1748204239000000","MESSAGE":"sse"}', "[ 8123.456789 <    0.000123 >] h a[1]: delta",
     "[    0.000000                ] h kernel: first", "[    1.000000 <25200.123456*>] h a[1]: across a boot",
+    "Sun 2025-05-25 20:17:19.419012 UTC [s=ab12;i=1;b=cd34;m=1f;t=2;x=3]", "    MESSAGE=a verbose field",
+    "    _HOSTNAME=h", "            continued under its field", "    MESSAGE=[1.2K blob data]",
     "I0525 20:17:19.123456 1234 x.cc:12] glog line", "INFO:     127.0.0.1:5000 - \"POST /generate HTTP/1.1\" 200 OK",
     "1970-01-01T00:00:00+00:00 h a[1]: epoch", "9999-12-31T23:59:59+00:00 h a[1]: far future",
     "Dec 31 23:59:59 h a[1]: new year's eve", "Jan  1 00:00:01 h a[1]: new year",

@@ -21,6 +21,7 @@ from . import (
     journal_short_monotonic,
     journal_short_precise,
     journal_short_unix,
+    journal_verbose,
     journal_with_unit,
     sglang,
     syslog,
@@ -44,6 +45,7 @@ _ALL: tuple[LineFormat, ...] = (
     journal_short_delta.FORMAT,
     journal_short_unix.FORMAT,
     *journal_json.FORMATS,
+    journal_verbose.FORMAT,
     systemctl_status.FORMAT,
     unit_file.FORMAT,
     systemctl_is_active.FORMAT,
@@ -71,7 +73,8 @@ JOURNAL_TEXT = frozenset({
     "journal-short-full", "journal-with-unit", "journal-short-monotonic", "journal-short-delta", "journal-short-unix",
     "syslog", "syslog-rfc3339",
 })
-JOURNAL_ALL = JOURNAL_TEXT | {"journal-json", "journal-json-pretty", "journal-json-seq", "journal-json-sse"}
+JOURNAL_ALL = JOURNAL_TEXT | {"journal-json", "journal-json-pretty", "journal-json-seq", "journal-json-sse",
+                              "journal-verbose"}
 DMESG = frozenset({"dmesg", "dmesg-prio", "dmesg-decode", "dmesg-ctime", "dmesg-iso"})
 
 __all__ = ["FORMATS", "TEXT", "JOURNAL_TEXT", "JOURNAL_ALL", "DMESG", "LineFormat", "StructuredFormat", "Stamp",
