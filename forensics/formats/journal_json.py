@@ -37,47 +37,47 @@ def _decode_message(value: str | None) -> str:
     return value
 
 
+# the fields that say where an entry comes from, read as journalctl's short output reads them (`output_short()`)
+ENTRY_FIELDS = ("_HOSTNAME", "SYSLOG_IDENTIFIER", "_COMM", "_PID", "SYSLOG_PID", "UNIT", "USER_UNIT", "_SYSTEMD_UNIT",
+                "_SYSTEMD_USER_UNIT", "PRIORITY", "_TRANSPORT")
+
+
+def entry_columns() -> list[pl.Expr]:
+    """`host`, `ident`, `pid`, `unit`, `level` over a frame holding the ENTRY_FIELDS as columns named after them
+    (an entry the kernel logged without an identifier is the kernel's)."""
+    kernel = pl.col("_TRANSPORT") == "kernel"
+    ident = pl.coalesce(pl.col("SYSLOG_IDENTIFIER"), pl.col("_COMM"))
+    return [pl.col("_HOSTNAME").alias("host"),
+            pl.when(kernel & ident.is_null()).then(pl.lit("kernel")).otherwise(ident).alias("ident"),
+            pl.coalesce(pl.col("_PID"), pl.col("SYSLOG_PID")).cast(pl.Int64, strict=False).alias("pid"),
+            pl.coalesce(pl.col("UNIT"), pl.col("USER_UNIT"), pl.col("_SYSTEMD_UNIT"), pl.col("_SYSTEMD_USER_UNIT"))
+            .alias("unit"),
+            pl.col("PRIORITY").replace_strict(PRIORITIES, default=None).alias("level")]
+
+
 def records_from_objects(objs: pl.DataFrame) -> pl.DataFrame:
     """Frame of (`line`, `line_end`, `obj` JSON text) -> records (without source columns)."""
-    raw_msg = _field("MESSAGE")
-    df = objs.with_columns(
-        raw_msg.alias("_msg"),
-        _field("MESSAGE").is_null().alias("_msg_null"),
-        _field("__REALTIME_TIMESTAMP").alias("_rt"),
-        _field("_SOURCE_REALTIME_TIMESTAMP").alias("_srt"),
-        _field("__MONOTONIC_TIMESTAMP").alias("_mt"),
-        _field("_SOURCE_MONOTONIC_TIMESTAMP").alias("_smt"),
-        _field("_BOOT_ID").alias("boot_id"),
-        pl.coalesce(_field("_PID"), _field("SYSLOG_PID")).cast(pl.Int64, strict=False).alias("pid"),
-        pl.coalesce(_field("UNIT"), _field("USER_UNIT"), _field("_SYSTEMD_UNIT"), _field("_SYSTEMD_USER_UNIT"))
-        .alias("unit"),
-        pl.coalesce(_field("SYSLOG_IDENTIFIER"), _field("_COMM")).alias("ident"),
-        _field("PRIORITY").replace_strict(PRIORITIES, default=None).alias("level"),
-        _field("_HOSTNAME").alias("host"),
-        _field("_TRANSPORT").alias("_transport"),
-    )
-    needs_decode = df["_msg"].is_null() | df["_msg"].str.starts_with("[")
+    names = ("MESSAGE", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_SOURCE_MONOTONIC_TIMESTAMP", "_BOOT_ID",
+             *ENTRY_FIELDS)
+    df = objs.with_columns(_field(n).alias(n) for n in names)  # each field read once
+    needs_decode = df["MESSAGE"].is_null() | df["MESSAGE"].str.starts_with("[")
     if needs_decode.any():
-        fixed = [_decode_message(v) if bad else v for v, bad in zip(df["_msg"].to_list(), needs_decode.to_list())]
-        df = df.with_columns(pl.Series("_msg", fixed, dtype=pl.String))
-    rt = pl.col("_rt").cast(pl.Int64, strict=False)
-    kernel = pl.col("_transport") == "kernel"
-    mono_us = pl.when(kernel & pl.col("_smt").is_not_null()).then(pl.col("_smt")).otherwise(pl.col("_mt"))
+        fixed = [_decode_message(v) if bad else v for v, bad in zip(df["MESSAGE"].to_list(), needs_decode.to_list())]
+        df = df.with_columns(pl.Series("MESSAGE", fixed, dtype=pl.String))
+    rt = pl.col("__REALTIME_TIMESTAMP").cast(pl.Int64, strict=False)
+    mono_us = (pl.when((pl.col("_TRANSPORT") == "kernel") & pl.col("_SOURCE_MONOTONIC_TIMESTAMP").is_not_null())
+               .then(pl.col("_SOURCE_MONOTONIC_TIMESTAMP")).otherwise(pl.col("__MONOTONIC_TIMESTAMP")))
     return df.select(
         rt.cast(TS).alias("ts"),
         pl.when(rt.is_not_null()).then(pl.lit(TimeSource.EXACT.value)).otherwise(pl.lit(TimeSource.NONE.value))
         .alias("ts_source"),
-        pl.col("_rt").alias("ts_text"),
+        pl.col("__REALTIME_TIMESTAMP").alias("ts_text"),
         pl.lit(None, dtype=pl.String).alias("ts_anchor"),
-        "boot_id",
+        pl.col("_BOOT_ID").alias("boot_id"),
         (mono_us.cast(pl.Float64, strict=False) / 1e6).alias("mono"),
-        "host",
-        pl.when(kernel & pl.col("ident").is_null()).then(pl.lit("kernel")).otherwise(pl.col("ident")).alias("ident"),
-        "pid",
-        "unit",
+        *entry_columns(),
         pl.lit(None, dtype=pl.String).alias("rank"),
-        "level",
-        pl.col("_msg").alias("message"),
+        pl.col("MESSAGE").alias("message"),
         "line",
         "line_end",
     )

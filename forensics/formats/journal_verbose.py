@@ -4,7 +4,7 @@ An entry is a header line, `Sun 2025-05-25 20:17:19.123456 UTC [s=...;i=...;b=..
 time with microseconds and the zone's abbreviation, then the cursor), then one line per field, `    NAME=value`
 (four spaces). A value with newlines goes on over lines indented to its column (4 + len(NAME) + 1 spaces); one
 that is not printable text is shown as `NAME=[1.2K blob data]` (`output_verbose()` in systemd's
-src/shared/logs-show.c). The fields become a record as journalctl's JSON does (`journal_json.records_from_objects`):
+src/shared/logs-show.c). The fields become a record as journalctl's JSON does (`journal_json.entry_columns`):
 the message, host, identifier, pid, unit, priority, boot; the time is the header's, read as `short-full` reads it.
 A line that is neither (a `-- Boot ... --` separator, text before the first entry) is a `text` record of its own.
 """
@@ -16,16 +16,14 @@ import polars as pl
 from ..schema import TimeSource
 from ..timeparse import stamp_columns
 from .base import Continuation, PostContext, Stamp, StructuredFormat
-from .journal_json import PRIORITIES
+from .journal_json import ENTRY_FIELDS, entry_columns
 
 HEADER = (r"^(?P<stamp>(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) )?(?P<date>\d{4}-\d{2}-\d{2}) "
           r"(?P<time>\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?) (?P<zone>[A-Za-z][A-Za-z0-9+\-/_]*)) \[(?P<cursor>s=[0-9a-f]+;[^\]]*)\]$")
 FIELD = r"^ {4}(?P<name>[A-Z_][A-Z0-9_]*)=(?P<value>.*)$"
 BLOB = r"^\[[0-9.]+[KMGTPE]?B? blob data\]$"
 # the fields a record is made of (the others stay in the source file)
-WANTED = ("MESSAGE", "_HOSTNAME", "SYSLOG_IDENTIFIER", "_COMM", "_PID", "SYSLOG_PID", "UNIT", "USER_UNIT",
-          "_SYSTEMD_UNIT", "_SYSTEMD_USER_UNIT", "PRIORITY", "_BOOT_ID", "_TRANSPORT", "_SOURCE_MONOTONIC_TIMESTAMP")
-
+WANTED = ("MESSAGE", "_BOOT_ID", "_SOURCE_MONOTONIC_TIMESTAMP", *ENTRY_FIELDS)
 
 
 class JournalVerbose(StructuredFormat):
@@ -97,19 +95,11 @@ class JournalVerbose(StructuredFormat):
                        " not printed by journalctl -o verbose: not printable text; export again with "
                        "`journalctl -o verbose --all` or `-o json`>"))
                    .otherwise(msg))
-        kernel = pl.col("_TRANSPORT") == "kernel"
-        ident = pl.coalesce(pl.col("SYSLOG_IDENTIFIER"), pl.col("_COMM"))
         return df.hstack(times.select("ts", "ts_source")).select(
             "ts", "ts_source", pl.col("stamp").alias("ts_text"), pl.lit(None, dtype=pl.String).alias("ts_anchor"),
-            boot.alias("boot_id"), (mono_us.cast(pl.Float64, strict=False) / 1e6).alias("mono"),
-            pl.col("_HOSTNAME").alias("host"),
-            pl.when(kernel & ident.is_null()).then(pl.lit("kernel")).otherwise(ident).alias("ident"),
-            pl.coalesce(pl.col("_PID"), pl.col("SYSLOG_PID")).cast(pl.Int64, strict=False).alias("pid"),
-            pl.coalesce(pl.col("UNIT"), pl.col("USER_UNIT"), pl.col("_SYSTEMD_UNIT"), pl.col("_SYSTEMD_USER_UNIT"))
-            .alias("unit"),
-            pl.lit(None, dtype=pl.String).alias("rank"),
-            pl.col("PRIORITY").replace_strict(PRIORITIES, default=None).alias("level"),
-            message.alias("message"), "line", "line_end", pl.lit(self.name).alias("format"))
+            boot.alias("boot_id"), (mono_us.cast(pl.Float64, strict=False) / 1e6).alias("mono"), *entry_columns(),
+            pl.lit(None, dtype=pl.String).alias("rank"), message.alias("message"), "line", "line_end",
+            pl.lit(self.name).alias("format"))
 
 
 def _no_records() -> pl.DataFrame:
