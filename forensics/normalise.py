@@ -73,18 +73,17 @@ def _merge_journal_blocks(recs: pl.DataFrame) -> pl.DataFrame:
     each row with the one before it, and only the runs holding a block start's literal are looked at further
     (a batch holds a hundred thousand lines and a handful of tracebacks)."""
     journal = (pl.col("format").is_in(list(JOURNAL_TEXT)) & pl.col("pid").is_not_null()).fill_null(False)
-    df = recs.with_row_index("_i")
+    flags = recs.select(journal.alias("_j"), pl.col("message").str.contains(_BLOCK_RX).fill_null(False).alias("_s"))
+    starts = flags["_j"] & flags["_s"]
+    if not starts.any():  # most batches: no traceback, no runs to find
+        return recs
     same = pl.lit(True)
     for k in KEY:
         same = same & pl.col(k).eq_missing(pl.col(k).shift(1))
-    flags = df.select(journal.alias("_j"), pl.col("message").str.contains(_BLOCK_RX).fill_null(False).alias("_s"),
-                      same.fill_null(False).alias("_same"))
-    in_run = flags["_j"] & flags["_j"].shift(1, fill_value=False) & flags["_same"]
+    in_run = flags["_j"] & flags["_j"].shift(1, fill_value=False) & recs.select(same.fill_null(False)).to_series()
     run = (~in_run).cum_sum().alias("_run")
-    if not (flags["_j"] & flags["_s"]).any():
-        return recs
-    starting = run.filter(flags["_j"] & flags["_s"]).unique()
-    j = df.with_columns(run).filter(pl.col("_run").is_in(starting.implode()))
+    df = recs.with_row_index("_i")
+    j = df.with_columns(run).filter(pl.col("_run").is_in(run.filter(starts).unique().implode()))
     # a run's first row has no gap (null): it starts a record
     gap = (pl.col("ts") - pl.col("ts").shift(1).over("_run")).dt.total_seconds().abs()
     new_rec = (pl.col("message").str.contains(NEW_RECORD) | gap.is_null() | (gap > 2))
