@@ -917,7 +917,7 @@ class _Builder:
             for f in ordered:
                 for eid, r in f.roles:
                     roles.setdefault(eid, r)
-            ports = {x.unit: next((f.value for f in x.flags if f.name == "--port"), SGLANG_DEFAULT_PORT) for x in cfgs}
+            ports = {x.unit: f.value for x in cfgs for f in x.flags if f.name == "--port"}
             events = tuple(explainer.event(e, roles.get(e.id, e.role), ports) for e in members)
             conclusions = tuple(_with_copies(f.conclusion, src.copies, by_loc) for f in ordered)
             symptoms = tuple(sorted(dict.fromkeys(x for f in ordered for x in f.conclusion.explains),
