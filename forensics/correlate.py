@@ -55,6 +55,7 @@ import polars as pl
 import yaml
 
 from .model import Confidence, Conclusion, Evidence
+from .sizes import SIZE_SPECS, human_size
 
 # libyaml's safe loader when PyYAML has it (same nodes and marks, several times faster)
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -275,10 +276,18 @@ def _fill(template: str, values: Mapping[str, Any]) -> str:
             out.append("{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}")
             continue
         try:
-            out.append(format(value, spec or ""))
+            out.append(_format_value(value, spec))
         except (ValueError, TypeError):
             out.append(str(value))
     return "".join(out)
+
+
+def _format_value(value: Any, spec: str) -> str:
+    """`format(value, spec)`, and the rule templates' size specs: `{x:kB}` / `{x:B}` -> `479.6 GiB`."""
+    factor = SIZE_SPECS.get(spec)
+    if factor is None or isinstance(value, bool):
+        return format(value, spec or "")
+    return human_size(float(value) * factor)
 
 
 def _lookup(values: Mapping[str, Any], dotted: str) -> Any:

@@ -38,6 +38,7 @@ from .rulepacks import (
     Location,
     Rule,
     RuleSet,
+    has_spec,
     render,
     split_flags,
     wrap,
@@ -633,8 +634,10 @@ _SIGNAL_NAMES = {str(k): v for k, v in _SIGNALS.items()}
 
 
 def vectorisable(rule: Rule) -> bool:
+    """A rule whose events polars can build alone: no context, no derived fields, simple casts, and a title
+    without a size spec (`{x:kB}`, printed by `render` in Python)."""
     return (rule.engine is Engine.POLARS and not rule.context and not rule.derive
-            and all(c in _VECTOR_CASTS for _, c in rule.casts))
+            and all(c in _VECTOR_CASTS for _, c in rule.casts) and not has_spec(rule.title or ""))
 
 
 def _cast_expr(name: str, cast: str | None) -> pl.Expr:

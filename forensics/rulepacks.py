@@ -68,6 +68,7 @@ import yaml
 
 from .cachefiles import code_digest, generation, prune, write_atomic
 from .literals import MIN_LITERAL, derive_literals
+from .sizes import SIZE_SPECS, human_size
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "rules"
 ENV_VAR = "FORENSICS_RULES"
@@ -392,23 +393,57 @@ class _Missing(dict):
         return "?"
 
 
+class _Template(string.Formatter):
+    """`str.format_map` with the size specs: a value that is not a number (`?` for a missing one) prints as is."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        factor = SIZE_SPECS.get(format_spec)
+        if factor is None:
+            return format(value, format_spec)
+        if isinstance(value, bool):
+            return str(value)
+        try:
+            return human_size(float(value) * factor)
+        except (TypeError, ValueError, OverflowError):
+            return str(value)
+
+
+_TEMPLATE = _Template()
+
+
+@lru_cache(maxsize=4096)
+def has_spec(template: str) -> bool:
+    """True when a placeholder of the template carries a format spec (`{anon_rss_kb:kB}`)."""
+    try:
+        return any(spec for _, name, spec, _ in string.Formatter().parse(template) if name is not None)
+    except ValueError:
+        return False
+
+
 def render(template: str, values: Mapping[str, Any]) -> str:
-    """`{name}` placeholders filled from values; a missing or null value renders as `?`."""
+    """`{name}` placeholders filled from values; a missing or null value renders as `?`; `{name:kB}` and
+    `{name:B}` print a size in binary units."""
     vals = _Missing({k: ("?" if v is None else v) for k, v in values.items()})
     try:
-        return template.format_map(vals)
+        return _TEMPLATE.vformat(template, (), vals) if has_spec(template) else template.format_map(vals)
     except (ValueError, IndexError, KeyError, AttributeError):
         return template
 
 
 def placeholders(template: str) -> list[str]:
-    """The field names a template uses; raises ValueError on a malformed template."""
+    """The field names a template uses; raises ValueError on a malformed template, a conversion (`!r`) or a
+    format spec other than the size specs (`:kB`, `:B`)."""
     names = []
     for _, name, spec, conv in string.Formatter().parse(template):
         if name is None:
             continue
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ValueError(f"placeholder {{{name}}} must be a plain field name")
+        if conv:
+            raise ValueError(f"placeholder {{{name}!{conv}}}: conversions are not supported")
+        if spec and spec not in SIZE_SPECS:
+            raise ValueError(f"placeholder {{{name}:{spec}}}: unknown format '{spec}' (a size in kB is "
+                             f"{{{name}:kB}}, in bytes {{{name}:B}}; both print binary units such as 479.6 GiB)")
         names.append(name)
     return names
 

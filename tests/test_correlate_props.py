@@ -199,3 +199,11 @@ def test_fill_leaves_missing_placeholders_visible() -> None:
     assert fill("pid {oom.pid} of {unit} at {x.y}", {"oom": {"pid": 42}, "unit": None}) == "pid 42 of {unit} at {x.y}"
     assert fill("{a:03d}", {"a": 7}) == "007"
     assert fill("unbalanced {", {}) == "unbalanced {"
+
+
+def test_fill_size_specs() -> None:
+    """The rule templates' size specs work in correlation texts too; a value that is not a number prints as is."""
+    assert fill("{oom.anon_rss_kb:kB} ({oom.anon_rss_kb} kB)", {"oom": {"anon_rss_kb": 502847612}}) == \
+        "479.6 GiB (502847612 kB)"
+    assert fill("{n:B}", {"n": 512}) == "512 B" and fill("{n:B}", {"n": "x"}) == "x"
+    assert fill("{n:kB}", {"n": float("nan")}) == "nan"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from forensics.match import CASTS
+from forensics.sizes import human_size
 from forensics.rulepacks import (
     BUILTIN_DIR,
     CAST_NAMES,
@@ -296,6 +297,36 @@ def test_missing_rules_directory(tmp_path: Path) -> None:
 
 def test_render_fills_missing_with_question_mark() -> None:
     assert render("{unit}: {signal} ({nope})", {"unit": "a.service", "signal": None}) == "a.service: ? (?)"
+
+
+def test_render_size_specs() -> None:
+    """`{x:kB}` and `{x:B}` print a figure in binary units; what is not a number prints as is."""
+    assert human_size(0) == "0 B" and human_size(1023) == "1023 B" and human_size(1024) == "1.0 KiB"
+    assert human_size(514_915_954_688) == "479.6 GiB" and human_size(3 << 40) == "3.0 TiB"
+    assert render("anon-rss {rss:kB} ({rss} kB)", {"rss": 502847612}) == "anon-rss 479.6 GiB (502847612 kB)"
+    assert render("{n:B}", {"n": "1536"}) == "1.5 KiB"
+    assert render("{n:kB} of {m:B}", {"n": None}) == "? of ?"
+    assert render("{n:kB}", {"n": "lots"}) == "lots"
+    # a plain template with `:` in its text is still filled by format_map
+    assert render("CUDA error: {e}", {"e": "x"}) == "CUDA error: x"
+
+
+def test_template_specs_are_validated(tmp_path: Path) -> None:
+    """A size spec loads; any other spec or a conversion is an error naming the line and the fix."""
+    ok = GOOD_RULE.replace("title: '{unit} killed by {signal}'", "title: '{unit} killed, status {status:B}'")
+    (r,) = load_pack(write_pack(tmp_path / "a", "ok.yaml", ok)).rules
+    assert r.render_title({"unit": "u", "status": 2048}) == "u killed, status 2.0 KiB"
+    from forensics.match import vectorisable
+
+    assert not vectorisable(r)  # the size spec is printed by render, in Python
+    assert vectorisable(load_pack(write_pack(tmp_path / "c", "plain.yaml", GOOD_RULE)).rules[0])
+    bad = (GOOD_RULE.replace("title: '{unit} killed by {signal}'", "title: '{unit} killed by {signal:>10}'")
+           .replace("explain: the main process was killed by a signal", "explain: 'status {status!r}'"))
+    errs = errors_of(write_pack(tmp_path / "b", "bad.yaml", bad))
+    text = "\n".join(f"{n}: {m}" for _, n, m in errs)
+    assert "{signal:>10}: unknown format '>10'" in text and "{signal:kB}" in text
+    assert "{status!r}: conversions are not supported" in text
+    assert all(n > 0 for _, n, _ in errs)
 
 
 def test_ruleset_literals_include_context_patterns() -> None:

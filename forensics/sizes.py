@@ -1,0 +1,15 @@
+"""Sizes printed for people: the templates' size specs (`{anon_rss_kb:kB}` -> `479.6 GiB`)."""
+
+from __future__ import annotations
+
+# a template's spec -> the value's unit in bytes: kB as the kernel prints it (KiB), or bytes
+SIZE_SPECS = {"kB": 1024, "B": 1}
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def human_size(n_bytes: float) -> str:
+    """`514915954688` -> `479.6 GiB`; below 1 KiB, whole bytes (`512 B`)."""
+    v, i = float(n_bytes), 0
+    while abs(v) >= 1024 and i < len(_UNITS) - 1:
+        v, i = v / 1024, i + 1
+    return f"{int(v)} B" if i == 0 else f"{v:.1f} {_UNITS[i]}"
