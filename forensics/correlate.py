@@ -938,7 +938,9 @@ class CoverageReport:
                 "missing": "; ".join(self.missing) or "nothing",
                 "notes": " ".join(self.notes),
                 "kernel": "yes" if self.kernel else "no",
-                "unit_output": "yes" if self.unit_output else "no"}
+                "unit_output": "yes" if self.unit_output else "no",
+                "kernel_seen": ("a" if self.kernel else "no") + " kernel log covering the moment was ingested",
+                "unit_output_seen": "the service's own output was " + ("ingested" if self.unit_output else "not ingested")}
 
 
 _LOG_WORDS = {"kernel": "kernel lines", "systemd": "systemd lines", "service": "the service's own output"}

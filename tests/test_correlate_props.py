@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from forensics.correlate import (
     Correlation,
     Coverage,
+    CoverageReport,
     Join,
     Location,
     Step,
@@ -207,3 +208,13 @@ def test_fill_size_specs() -> None:
         "479.6 GiB (502847612 kB)"
     assert fill("{n:B}", {"n": 512}) == "512 B" and fill("{n:B}", {"n": "x"}) == "x"
     assert fill("{n:kB}", {"n": float("nan")}) == "nan"
+
+
+def test_coverage_values_as_clauses() -> None:
+    """A statement reads `(no kernel log covering the moment was ingested)`, not `(...was ingested: no)`."""
+    no = CoverageReport(kernel=False, unit_output=False, ingested=(), missing=()).as_values()
+    yes = CoverageReport(kernel=True, unit_output=True, ingested=("j.log",), missing=()).as_values()
+    assert no["kernel"] == "no" and no["kernel_seen"] == "no kernel log covering the moment was ingested"
+    assert yes["kernel_seen"] == "a kernel log covering the moment was ingested"
+    assert no["unit_output_seen"] == "the service's own output was not ingested"
+    assert yes["unit_output_seen"] == "the service's own output was ingested"

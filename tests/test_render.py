@@ -16,7 +16,7 @@ from fixtures.incident_fixture import PAYLOAD, hostile_incident, seed_incident, 
 
 from forensics.model import Evidence
 from forensics.render import ReportOptions, render_report
-from forensics.render.mdsafe import code, fence, inline, prose, visible
+from forensics.render.mdsafe import code, command, fence, inline, prose, step, visible
 
 GOLDEN = Path(__file__).parent / "golden" / "report"
 OPTS = ReportOptions(tz="Europe/Berlin", tool_version="0.0.0-test", source_reader=seed_reader,
@@ -158,6 +158,11 @@ def test_mdsafe_units() -> None:
     assert inline("javascript:alert(1) mailto:x urn:isbn:1") == "`javascript:alert(1)` `mailto:x` `urn:isbn:1`"
     assert inline("(Ninja output:), raised") == "(Ninja output:), raised"
     assert code("a|b") == "`a`\\|`b`" and code("``x") == "``` ``x ```"
+    # a command in a list item is one span, `|` and all, so it copies as it runs; newlines become spaces
+    assert command('free -g; cat /proc/meminfo | head -20') == "`free -g; cat /proc/meminfo | head -20`"
+    assert command("grep `x`\nnext") == "``grep `x` next``" and command("") == ""
+    assert step("free -g | head") == "`free -g | head`"
+    assert step("Raise `RateLimitBurst=` so lines are kept.") == "Raise `RateLimitBurst=` so lines are kept."
     assert prose("use `--x` now") == "use `--x` now"
     assert fence("a\n````\nb") == "`````\na\n````\nb\n`````"
     assert prose("a `x`, (`y`) and \"`z`\": `w`.") == "a `x`, (`y`) and \"`z`\": `w`."

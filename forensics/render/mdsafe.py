@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["Md", "inline", "code", "prose", "fence", "visible", "bold"]
+__all__ = ["Md", "inline", "code", "command", "step", "prose", "fence", "visible", "bold"]
 
 
 class Md(str):
@@ -69,6 +69,19 @@ def code(value: object) -> Md:
         return Md(_code_span(text))
     parts = text.split("|")
     return Md("\\|".join(_code_span(p) if p else "" for p in parts))
+
+
+def command(value: object) -> Md:
+    """`value` as one inline code span, `|` included: a command to copy from a list item or a paragraph (in a table
+    cell use `code`, which keeps `|` outside the spans)."""
+    text = " ".join(visible(str(value)).split("\n"))
+    return Md(_code_span(text)) if text else Md("")
+
+
+def step(value: object) -> Md:
+    """A next step: a bare command (the rules' `next_steps`) as one code span (`command`); a sentence that marks
+    its own commands with backticks (a fixture's or a user template's advice) as `prose`."""
+    return prose(value) if "`" in str(value) else command(value)
 
 
 def inline(value: object) -> Md:

@@ -2,7 +2,7 @@
 
 Markdown templates print every `{{ value }}` through `mdsafe.inline` (the environment's `finalize`),
 so a template that forgets a filter still cannot turn log text into Markdown; filters that produce
-Markdown (`code`, `prose`, `fence`, `codes`) return `Md`, which is printed as is. HTML templates
+Markdown (`code`, `command`, `step`, `prose`, `fence`, `codes`) return `Md`, which is printed as is. HTML templates
 autoescape. Both use `StrictUndefined`: a misspelt variable is an error, not an empty string.
 User templates are read from their directory only and run in `sandbox.BoundedSandbox`, within the time and
 size limits of `sandbox.Limits` (shared by the environments of one report); `render_template` is the one
@@ -20,7 +20,7 @@ from jinja2 import BaseLoader, BytecodeCache, ChoiceLoader, Environment, FileSys
     StrictUndefined
 from jinja2.bccache import Bucket
 
-from forensics.render.mdsafe import Md, bold, code, fence, inline, prose
+from forensics.render.mdsafe import Md, bold, code, command, fence, inline, prose, step
 from forensics.render.sandbox import BoundedSandbox, ConfinedLoader, Limits, render_bounded
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent.parent / "report_templates"
@@ -85,7 +85,7 @@ def _env(user_dir: Path | None, limits: Limits | None, **kw: object) -> Environm
 
 def markdown_env(user_dir: Path | None = None, limits: Limits | None = None) -> Environment:
     env = _env(user_dir, limits, autoescape=False, finalize=inline)
-    env.filters.update(code=code, prose=prose, fence=fence, md=inline, codes=codes, bold=bold)
+    env.filters.update(code=code, command=command, step=step, prose=prose, fence=fence, md=inline, codes=codes, bold=bold)
     return env
 
 
