@@ -430,6 +430,18 @@ def render(template: str, values: Mapping[str, Any]) -> str:
         return template
 
 
+# the casts whose values a size spec can print
+NUMERIC_CASTS = frozenset({"int", "float", "kb", "bytes"})
+
+
+def size_fields(template: str) -> list[str]:
+    """The fields a template prints with a size spec (`{anon_rss_kb:kB}` -> `anon_rss_kb`); [] when malformed."""
+    try:
+        return [name for _, name, spec, _ in string.Formatter().parse(template) if name and spec in SIZE_SPECS]
+    except ValueError:
+        return []
+
+
 def placeholders(template: str) -> list[str]:
     """The field names a template uses; raises ValueError on a malformed template, a conversion (`!r`) or a
     format spec other than the size specs (`:kB`, `:B`)."""
@@ -865,6 +877,12 @@ class _Reader:
                     continue
                 for n in bad:
                     self.err.add(m["next_steps"], f"next_steps{owner}: unknown placeholder {{{n}}}")
+        numeric = {n for n, c in casts if c in NUMERIC_CASTS} | {d.field for d in derive if d.cast in NUMERIC_CASTS}
+        numeric |= {n for c in context for n, cc in c.casts if cc in NUMERIC_CASTS}
+        for key, texts in (("title", [title]), ("explain", [explain]), ("next_steps", list(steps))):
+            for name in sorted({n for t in texts if t for n in size_fields(t)} - numeric):
+                self.err.add(m[key], f"{key}{owner}: {{{name}:kB}} or {{{name}:B}} prints a size, but '{name}' is "
+                                     f"not cast to a number (casts: {{{name}: int}}, or kb or bytes)")
         refs = self.strings(m["references"], "references") if "references" in m else ()
         versions = self.strings(m["versions"], "versions") if "versions" in m else ()
         examples, near = self.examples(m["examples"], owner) if "examples" in m else ((), ())

@@ -326,6 +326,11 @@ def test_template_specs_are_validated(tmp_path: Path) -> None:
     text = "\n".join(f"{n}: {m}" for _, n, m in errs)
     assert "{signal:>10}: unknown format '>10'" in text and "{signal:kB}" in text
     assert "{status!r}: conversions are not supported" in text
+    # a size spec on a field that is not cast to a number is caught at load, not printed raw
+    text_only = GOOD_RULE.replace("title: '{unit} killed by {signal}'", "title: '{unit:kB} killed by {signal}'")
+    errs = errors_of(write_pack(tmp_path / "d", "str.yaml", text_only))
+    assert [m for _, _, m in errs] == ["title in rule 't.killed': {unit:kB} or {unit:B} prints a size, but 'unit' "
+                                       "is not cast to a number (casts: {unit: int}, or kb or bytes)"], errs
     assert all(n > 0 for _, n, _ in errs)
 
 
