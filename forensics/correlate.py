@@ -55,7 +55,7 @@ import polars as pl
 import yaml
 
 from .model import Confidence, Conclusion, Evidence
-from .sizes import SIZE_SPECS, human_size
+from .sizes import format_value
 
 # libyaml's safe loader when PyYAML has it (same nodes and marks, several times faster)
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -276,18 +276,10 @@ def _fill(template: str, values: Mapping[str, Any]) -> str:
             out.append("{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}")
             continue
         try:
-            out.append(_format_value(value, spec))
-        except (ValueError, TypeError):
+            out.append(format_value(value, spec or ""))
+        except (ValueError, TypeError, OverflowError):
             out.append(str(value))
     return "".join(out)
-
-
-def _format_value(value: Any, spec: str) -> str:
-    """`format(value, spec)`, and the rule templates' size specs: `{x:kB}` / `{x:B}` -> `479.6 GiB`."""
-    factor = SIZE_SPECS.get(spec)
-    if factor is None or isinstance(value, bool):
-        return format(value, spec or "")
-    return human_size(float(value) * factor)
 
 
 def _lookup(values: Mapping[str, Any], dotted: str) -> Any:
@@ -940,7 +932,7 @@ class CoverageReport:
                 "kernel": "yes" if self.kernel else "no",
                 "unit_output": "yes" if self.unit_output else "no",
                 "kernel_seen": ("a" if self.kernel else "no") + " kernel log covering the moment was ingested",
-                "unit_output_seen": "the service's own output was " + ("ingested" if self.unit_output else "not ingested")}
+                "unit_output_seen": "the service's own output was " + ("" if self.unit_output else "not ") + "ingested"}
 
 
 _LOG_WORDS = {"kernel": "kernel lines", "systemd": "systemd lines", "service": "the service's own output"}

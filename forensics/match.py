@@ -38,8 +38,8 @@ from .rulepacks import (
     Location,
     Rule,
     RuleSet,
-    has_spec,
     render,
+    size_fields,
     split_flags,
     wrap,
 )
@@ -637,7 +637,7 @@ def vectorisable(rule: Rule) -> bool:
     """A rule whose events polars can build alone: no context, no derived fields, simple casts, and a title
     without a size spec (`{x:kB}`, printed by `render` in Python)."""
     return (rule.engine is Engine.POLARS and not rule.context and not rule.derive
-            and all(c in _VECTOR_CASTS for _, c in rule.casts) and not has_spec(rule.title or ""))
+            and all(c in _VECTOR_CASTS for _, c in rule.casts) and not size_fields(rule.title or ""))
 
 
 def _cast_expr(name: str, cast: str | None) -> pl.Expr:

@@ -68,7 +68,7 @@ import yaml
 
 from .cachefiles import code_digest, generation, prune, write_atomic
 from .literals import MIN_LITERAL, derive_literals
-from .sizes import SIZE_SPECS, human_size
+from .sizes import SIZE_SPECS, format_value
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "rules"
 ENV_VAR = "FORENSICS_RULES"
@@ -397,13 +397,10 @@ class _Template(string.Formatter):
     """`str.format_map` with the size specs: a value that is not a number (`?` for a missing one) prints as is."""
 
     def format_field(self, value: Any, format_spec: str) -> str:
-        factor = SIZE_SPECS.get(format_spec)
-        if factor is None:
+        if format_spec not in SIZE_SPECS:
             return format(value, format_spec)
-        if isinstance(value, bool):
-            return str(value)
         try:
-            return human_size(float(value) * factor)
+            return format_value(value, format_spec)
         except (TypeError, ValueError, OverflowError):
             return str(value)
 
@@ -412,12 +409,13 @@ _TEMPLATE = _Template()
 
 
 @lru_cache(maxsize=4096)
-def has_spec(template: str) -> bool:
-    """True when a placeholder of the template carries a format spec (`{anon_rss_kb:kB}`)."""
+def size_fields(template: str) -> tuple[str, ...]:
+    """The fields a template prints with a size spec (`{anon_rss_kb:kB}` -> `anon_rss_kb`); () when malformed.
+    Cached: `render` asks it for every title it fills."""
     try:
-        return any(spec for _, name, spec, _ in string.Formatter().parse(template) if name is not None)
+        return tuple(name for _, name, spec, _ in string.Formatter().parse(template) if name and spec in SIZE_SPECS)
     except ValueError:
-        return False
+        return ()
 
 
 def render(template: str, values: Mapping[str, Any]) -> str:
@@ -425,21 +423,13 @@ def render(template: str, values: Mapping[str, Any]) -> str:
     `{name:B}` print a size in binary units."""
     vals = _Missing({k: ("?" if v is None else v) for k, v in values.items()})
     try:
-        return _TEMPLATE.vformat(template, (), vals) if has_spec(template) else template.format_map(vals)
+        return _TEMPLATE.vformat(template, (), vals) if size_fields(template) else template.format_map(vals)
     except (ValueError, IndexError, KeyError, AttributeError):
         return template
 
 
 # the casts whose values a size spec can print
 NUMERIC_CASTS = frozenset({"int", "float", "kb", "bytes"})
-
-
-def size_fields(template: str) -> list[str]:
-    """The fields a template prints with a size spec (`{anon_rss_kb:kB}` -> `anon_rss_kb`); [] when malformed."""
-    try:
-        return [name for _, name, spec, _ in string.Formatter().parse(template) if name and spec in SIZE_SPECS]
-    except ValueError:
-        return []
 
 
 def placeholders(template: str) -> list[str]:

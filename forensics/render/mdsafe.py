@@ -60,9 +60,13 @@ def _code_span(text: str) -> str:
     return f"{ticks}{pad}{text}{pad}{ticks}"
 
 
+def _one_line(value: object) -> str:
+    return " ".join(visible(str(value)).split("\n"))
+
+
 def code(value: object) -> Md:
     """`value` as inline code; `|` is kept outside the spans (escaped) so tables stay whole."""
-    text = " ".join(visible(str(value)).split("\n"))
+    text = _one_line(value)
     if text == "":
         return Md("")
     if text.strip() == "":
@@ -74,7 +78,7 @@ def code(value: object) -> Md:
 def command(value: object) -> Md:
     """`value` as one inline code span, `|` included: a command to copy from a list item or a paragraph (in a table
     cell use `code`, which keeps `|` outside the spans)."""
-    text = " ".join(visible(str(value)).split("\n"))
+    text = _one_line(value)
     return Md(_code_span(text)) if text else Md("")
 
 

@@ -85,7 +85,8 @@ def _env(user_dir: Path | None, limits: Limits | None, **kw: object) -> Environm
 
 def markdown_env(user_dir: Path | None = None, limits: Limits | None = None) -> Environment:
     env = _env(user_dir, limits, autoescape=False, finalize=inline)
-    env.filters.update(code=code, command=command, step=step, prose=prose, fence=fence, md=inline, codes=codes, bold=bold)
+    env.filters.update(code=code, command=command, step=step, prose=prose, fence=fence, md=inline, codes=codes,
+                       bold=bold)
     return env
 
 
