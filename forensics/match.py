@@ -30,6 +30,7 @@ from typing import Any
 import polars as pl
 import regex
 
+from .literals import search_groups
 from .rulepacks import (
     CAST_NAMES,
     Context,
@@ -385,25 +386,25 @@ def _prefilter(recs: pl.DataFrame, rules: RuleSet) -> tuple[pl.DataFrame, pl.Dat
 
 
 def _any_literal(literals: Sequence[str], ignore_case: bool) -> pl.Expr:
-    """True where the message holds one of `literals` (ASCII case ignored or not). One Rust regex alternation of
-    the escaped literals: polars keeps compiled regexes across calls, while `str.contains_any` builds its
-    Aho-Corasick automaton again on every call (1.5-2.5 ms for ~100 literals, paid twice per batch; the scan
-    itself costs the same). Past `_MAX_ALTERNATION` literals, `contains_any`: no regex size limit to meet.
-    `(?i)` folds Unicode case too, a superset of the ASCII folding the rules ask for: a prefilter may pass
-    more, never less."""
+    """True where the message holds one of `literals` (ASCII case ignored or not): a Rust regex alternation of
+    the escaped literals for each of their `search_groups`, the groups or-ed. polars keeps compiled regexes across
+    calls, while `str.contains_any` builds its Aho-Corasick automaton again on every call (1.5-2.5 ms for ~100
+    literals, paid twice per batch) and searches no faster. `(?i)` folds Unicode case too, a superset of the
+    ASCII folding the rules ask for: a prefilter may pass more, never less."""
     msg = pl.col("message")
-    if len(literals) > _MAX_ALTERNATION:
-        return msg.str.contains_any(list(literals), ascii_case_insensitive=ignore_case)
-    alternation = "|".join(pl.escape_regex(x) for x in literals)
-    return msg.str.contains("(?i)" + alternation if ignore_case else alternation)
-
-
-_MAX_ALTERNATION = 1_000
+    conds = []
+    for group in search_groups(tuple(literals)):
+        alternation = "|".join(pl.escape_regex(x) for x in group)
+        conds.append(msg.str.contains("(?i)" + alternation if ignore_case else alternation))
+    out = conds[0]
+    for c in conds[1:]:
+        out = out | c
+    return out
 
 
 def _prefilter_expr(rules: RuleSet) -> pl.Expr | None:
     """True where a message holds a literal of some rule (None: no rule has one): one pass over every message
-    for each of the case-sensitive and the case-insensitive literals."""
+    for each search group of the case-sensitive and of the case-insensitive literals."""
     conds = [_any_literal(lits, ic) for ic in (False, True) if (lits := rules.literals(ic))]
     return (pl.any_horizontal(conds) if len(conds) > 1 else conds[0]) if conds else None
 

@@ -1,8 +1,9 @@
 """How much heavy work runs at once, across every ingest thread.
 
 Two sources stream at once, each on a parse thread with a sink thread one batch behind it, so four phases could
-hold their transient buffers together on two cores: the peak of an ingest is where they meet (a matching flush,
-the biggest, with both sources' parses), and a longer input meets more such moments. Each phase holds slots for
+hold their transient buffers together on two cores: the peak of an ingest is where the biggest meet (a source's
+streaming write of its records with the other's parse and matching flush), and a longer input meets more such
+moments. Each phase holds slots for
 its weight while it runs; the others wait, in the order they came (a heavy phase is not starved by light ones).
 No phase may wait for anything else while it holds slots, and a thread holds one grant at a time: no deadlock.
 """

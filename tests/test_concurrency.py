@@ -292,8 +292,8 @@ def _weighted_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slots: int) -
                         match.Matcher(rules, flush_rows=40, budget=budget))
     monkeypatch.setattr(pipeline, "parse_lines", weighed("parse", 1, pipeline.parse_lines))
     monkeypatch.setattr(match.Matcher, "keep", weighed("prefilter", 1, match.Matcher.keep))
-    monkeypatch.setattr(match.Matcher, "finish", weighed("flush", 2, match.Matcher.finish))
-    monkeypatch.setattr(pipeline, "sink_parquet", weighed("land", 1, pipeline.sink_parquet))
+    monkeypatch.setattr(match.Matcher, "finish", weighed("flush", 1, match.Matcher.finish))
+    monkeypatch.setattr(pipeline, "sink_parquet", weighed("land", 2, pipeline.sink_parquet))
     monkeypatch.setattr(pipeline, "warm_profile", weighed("profile", 2, pipeline.warm_profile))
     store = Store(tmp_path / "store")
     report = ingest(store, files, IngestOptions())
@@ -303,8 +303,8 @@ def _weighted_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slots: int) -
 
 
 def test_heavy_phases_never_hold_more_than_the_slots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Parses, prefilters, flushes, landings and profiles of all sources share two slots (a flush or a profile
-    takes both): the peak memory of a long ingest is where four of them met. With the gate opened wide the same
+    """Parses, prefilters, flushes, landings and profiles of all sources share two slots (a landing's records
+    write or a profile takes both): the peak memory of a long ingest is where four of them met. With the gate opened wide the same
     ingest does overlap them, so the bound is the gate's doing."""
     most, seen = _weighted_use(tmp_path / "gated", monkeypatch, 2)
     assert seen == {"parse", "prefilter", "flush", "land", "profile"}

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forensics.literals import MAX_SET, _sre_source, derive_literals
+from forensics.literals import MAX_SET, SEARCH_GROUP, _sre_source, derive_literals, search_groups
 from forensics.rulepacks import load_rules
 
 
@@ -117,3 +117,38 @@ def test_every_match_of_a_random_pattern_holds_a_derived_literal(data: st.DataOb
     for _ in range(5):
         text = data.draw(st.from_regex(rx, fullmatch=True))
         assert _holds(lits, ignore_case, text), (pattern, lits, text)
+
+
+def test_search_groups_drop_literals_holding_another_and_split_in_sorted_order() -> None:
+    lits = ("Started ", "Started foo", "Starting ", "CUDA error: ", "CUDA error: out of memory", "abc", "xabcx")
+    assert search_groups(lits) == (("CUDA error: ", "Started ", "Starting ", "abc"),)
+    many = tuple(f"lit{i:03d}" for i in range(SEARCH_GROUP * 2 + 1))
+    groups = search_groups(many)
+    assert [len(g) for g in groups] == [43, 43, 43]          # the fewest groups, balanced
+    assert [x for g in groups for x in g] == sorted(many)
+    assert search_groups(()) == ()
+
+
+def test_builtin_literals_fit_in_the_fewest_search_groups() -> None:
+    """The built-in packs' literals: no group past the SIMD search's limit, none to spare."""
+    lits = load_rules().literals(False)
+    groups = search_groups(lits)
+    kept = sum(len(g) for g in groups)
+    assert all(len(g) <= SEARCH_GROUP for g in groups) and len(groups) == -(-kept // SEARCH_GROUP)
+    assert kept < len(lits)    # some built-in literals hold others (`CUDA error: out of memory`)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="abc", min_size=1, max_size=4), max_size=12), st.text(alphabet="abc", max_size=20),
+       st.integers(1, 5))
+def test_a_text_holds_a_grouped_literal_exactly_when_it_holds_a_literal(lits: list[str], text: str, size: int) -> None:
+    import forensics.literals as literals
+
+    old = literals.SEARCH_GROUP
+    literals.SEARCH_GROUP = size
+    try:
+        groups = search_groups(tuple(lits))
+    finally:
+        literals.SEARCH_GROUP = old
+    assert all(len(g) <= size for g in groups)
+    assert any(x in text for x in lits) == any(x in text for g in groups for x in g)

@@ -641,23 +641,24 @@ def test_streamed_matching_flushes_in_bounded_slices(rules: RuleSet) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.text(alphabet="ab.(|*)[]^$?+{}\\ -Kk", min_size=3, max_size=6), min_size=1, max_size=8, unique=True),
        st.lists(st.text(alphabet="ab.(|*)[]^$?+{}\\ -KkAB\u212a", max_size=30), min_size=1, max_size=30),
-       st.booleans(), st.booleans())
+       st.booleans(), st.integers(1, 9))
 def test_prefilter_alternation_holds_what_contains_any_holds(lits: list[str], msgs: list[str], ignore_case: bool,
-                                                             past_limit: bool) -> None:
-    """The prefilter's regex alternation of escaped literals passes every message `str.contains_any` passes (and,
-    case-sensitive, exactly those); past `_MAX_ALTERNATION` literals it is `contains_any` itself."""
+                                                             group: int) -> None:
+    """The prefilter's regex alternations of escaped literals, one per search group of at most `group` literals,
+    pass every message `str.contains_any` passes (and, case-sensitive, exactly those)."""
+    import forensics.literals as literals
     import forensics.match as match
 
     frame = pl.DataFrame({"message": msgs})
     want = frame.select(pl.col("message").str.contains_any(lits, ascii_case_insensitive=ignore_case)).to_series()
-    old = match._MAX_ALTERNATION
-    match._MAX_ALTERNATION = 0 if past_limit else old
+    old = literals.SEARCH_GROUP
+    literals.SEARCH_GROUP = group
     try:
         got = frame.select(match._any_literal(tuple(lits), ignore_case)).to_series()
     finally:
-        match._MAX_ALTERNATION = old
+        literals.SEARCH_GROUP = old
     assert not (want & ~got).any()            # never less than the literals ask for
-    if not ignore_case or past_limit:
+    if not ignore_case:
         assert got.equals(want)
     # ignoring case, `(?i)` folds Unicode too (the Kelvin sign K is a k): a superset, never more on ASCII text
     if ignore_case and all(m.isascii() for m in msgs):
