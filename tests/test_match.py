@@ -663,3 +663,57 @@ def test_prefilter_alternation_holds_what_contains_any_holds(lits: list[str], ms
     # ignoring case, `(?i)` folds Unicode too (the Kelvin sign K is a k): a superset, never more on ASCII text
     if ignore_case and all(m.isascii() for m in msgs):
         assert got.equals(want)
+
+
+def _example_records(rules: RuleSet) -> pl.DataFrame:
+    """Every example line of every built-in rule (matching and near-miss) as records of one file."""
+    parts = []
+    for r in rules.rules:
+        for ex in (*r.examples, *r.near_misses):
+            recs = parse_text(ex.text if ex.text.endswith("\n") else ex.text + "\n", fmt=ex.format)
+            parts.append(recs.select(pl.col("message"), pl.col("ident"), pl.col("unit"), pl.col("pid"),
+                                     pl.col("format"), pl.col("host"), pl.col("line_end") - pl.col("line") + 1))
+    df = pl.concat(parts, how="vertical_relaxed").rename({"line_end": "_span"})
+    line = df.get_column("_span").cum_sum() - df.get_column("_span") + 1
+    return records([{**row, "line": int(a), "line_end": int(a + row.pop("_span") - 1)}
+                    for row, a in zip(df.to_dicts(), line)])
+
+
+@pytest.mark.parametrize("ident", ["sglang", "kernel", "systemd", "systemd-journald", "python3", None])
+def test_a_single_identifier_batch_is_prefiltered_for_its_rules_only_and_loses_no_event(
+        rules: RuleSet, ident: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose records all carry one identifier searches only the literals of the rules that may apply to
+    it (and of every context pattern): the events are those of the full prefilter, line for line."""
+    import forensics.match as match
+
+    recs = _example_records(rules)
+    if ident is not None:
+        recs = recs.with_columns(pl.lit(ident).alias("ident"))
+    assert match._only_ident(recs) == ident
+    narrow = Matcher(rules)
+    narrow.keep(recs)
+    got = narrow.finish()
+    monkeypatch.setattr(match, "_only_ident", lambda records: None)
+    full = Matcher(rules)
+    full.keep(recs)
+    want = full.finish()
+    assert want.height > 0
+    assert got.equals(want)
+
+
+def test_only_ident_and_the_literals_it_selects(rules: RuleSet) -> None:
+    import forensics.match as match
+
+    one = records([{"ident": "kernel", "message": "a"}, {"ident": "kernel", "message": "b"}])
+    assert match._only_ident(one) == "kernel"
+    assert match._only_ident(records([{"ident": "kernel", "message": "a"}, {"ident": "sglang", "message": "b"}])) \
+        is None
+    assert match._only_ident(records([{"ident": "kernel", "message": "a"}, {"message": "b"}])) is None
+    assert match._only_ident(one.clear()) is None and match._only_ident(one.drop("ident")) is None
+    every = set(rules.literals(False))
+    sglang = set(match._literals_for(rules, False, "sglang"))
+    assert sglang < every and ".service: Deactivated successfully." not in sglang
+    assert "The server is fired up and ready to roll!" in sglang
+    context = {x for r in rules.rules for c in r.context if not c.ignore_case for x in c.literals}
+    assert context and context <= sglang      # a context line may come from any identifier
+    assert ".service: Deactivated successfully." in match._literals_for(rules, False, "systemd")
