@@ -380,8 +380,8 @@ def _literal_tables(rules: RuleSet) -> pl.DataFrame:
 
 
 def _prefilter(recs: pl.DataFrame, rules: RuleSet) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(candidate rows: those holding any literal; their (ROW, rule, context) pairs)."""
-    cand = _candidate_rows(recs, _prefilter_expr(rules))
+    """(candidate rows: those holding any literal of a rule that may apply; their (ROW, rule, context) pairs)."""
+    cand = _candidate_rows(recs, _prefilter_expr(rules, _only_ident(recs)))
     return cand, _pairs(cand, rules)
 
 

@@ -692,13 +692,14 @@ def test_a_single_identifier_batch_is_prefiltered_for_its_rules_only_and_loses_n
     assert match._only_ident(recs) == ident
     narrow = Matcher(rules)
     narrow.keep(recs)
-    got = narrow.finish()
+    got, got_once = narrow.finish(), match_records(recs, rules)
     monkeypatch.setattr(match, "_only_ident", lambda records: None)
     full = Matcher(rules)
     full.keep(recs)
     want = full.finish()
     assert want.height > 0
     assert got.equals(want)
+    assert got_once.equals(match_records(recs, rules))     # `match_records` (rescan, explain) the same way
 
 
 def test_only_ident_and_the_literals_it_selects(rules: RuleSet) -> None:
