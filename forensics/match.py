@@ -336,6 +336,11 @@ def _glob_rx(globs: Sequence[str]) -> str:
     return "^(?:" + "|".join(alts) + ")$"
 
 
+def globs_admit(globs: Sequence[str], value: object) -> bool:
+    """True when `value` matches one of the `applies` globs (`*`, `?`), as `applies_expr` tests a column."""
+    return regex.match(_glob_rx(globs), str(value)) is not None
+
+
 def applies_expr(rule: Rule) -> pl.Expr | None:
     """True where the rule may apply to a record (a null column never excludes)."""
     exprs = []
@@ -405,21 +410,15 @@ def _any_literal(literals: Sequence[str], ignore_case: bool) -> pl.Expr:
 def _prefilter_expr(rules: RuleSet, ident: str | None = None) -> pl.Expr | None:
     """True where a message holds a literal of some rule (None: no rule has one): one pass over every message
     for each search group of the case-sensitive and of the case-insensitive literals. With `ident`, for records
-    that all have that identifier: the literals of the rules that may apply to it (`_literals_for`)."""
-    conds = [_any_literal(lits, ic) for ic in (False, True)
-             if (lits := rules.literals(ic) if ident is None else _literals_for(rules, ic, ident))]
+    that all have that identifier: the literals of the rules that may apply to it, and of every context pattern."""
+    only = None if ident is None else _admits_ident(ident)
+    conds = [_any_literal(lits, ic) for ic in (False, True) if (lits := rules.literals(ic, only))]
     return (pl.any_horizontal(conds) if len(conds) > 1 else conds[0]) if conds else None
 
 
-def _literals_for(rules: RuleSet, ignore_case: bool, ident: str) -> tuple[str, ...]:
-    """The literals of the rules whose `applies.idents` admit `ident`, and of every context pattern (a context
-    line may come from another identifier than its anchor's)."""
-    out: set[str] = set()
-    for r in rules.rules:
-        if r.ignore_case == ignore_case and (not r.applies.idents or re.fullmatch(_glob_rx(r.applies.idents), ident)):
-            out.update(r.literals)
-        out.update(x for c in r.context if c.ignore_case == ignore_case for x in c.literals)
-    return tuple(sorted(out))
+def _admits_ident(ident: str) -> Callable[[Rule], bool]:
+    """Whether a rule may apply to a record with this identifier (its `applies.idents`, if any, admit it)."""
+    return lambda r: not r.applies.idents or globs_admit(r.applies.idents, ident)
 
 
 def _only_ident(records: pl.DataFrame) -> str | None:
@@ -1160,7 +1159,7 @@ def why_not(rule: Rule, record: Mapping[str, Any]) -> str:
     """Why a rule whose pattern matches the record's message produced no event ('' if it should have)."""
     for col, globs in rule.applies.columns():
         v = record.get(col)
-        if v is not None and not regex.match(_glob_rx(globs), str(v)):
+        if v is not None and not globs_admit(globs, v):
             return f"the rule applies only where {col} is {' or '.join(globs)} (this record: {col}={v})"
     msg = record.get("message") or ""
     if rule.exclude and regex.search(rule.exclude, msg):

@@ -56,7 +56,7 @@ import json
 import os
 import re
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from functools import lru_cache
@@ -360,11 +360,12 @@ class RuleSet:
     def default_role(self, kind: str) -> Role | None:
         return dict(self.kinds).get(kind)
 
-    def literals(self, ignore_case: bool = False) -> tuple[str, ...]:
-        """Every prefilter literal of every rule and context pattern (sorted, unique)."""
+    def literals(self, ignore_case: bool = False, only: Callable[[Rule], bool] | None = None) -> tuple[str, ...]:
+        """Every prefilter literal of every rule (of those `only` admits) and of every context pattern (a context
+        line may come from a record the rule itself would not apply to), sorted, unique."""
         out: set[str] = set()
         for r in self.rules:
-            if r.ignore_case == ignore_case:
+            if r.ignore_case == ignore_case and (only is None or only(r)):
                 out.update(r.literals)
             for c in r.context:
                 if c.ignore_case == ignore_case:
