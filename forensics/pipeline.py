@@ -129,6 +129,7 @@ def ingest(store: Store, inputs: list[str], opts: IngestOptions,
         if r.entry is not None and r.status != "unchanged":
             with HEAVY.hold(PROFILE_WEIGHT):
                 warm_profile(store, r.entry.source_id)
+    store.settle()  # the staged parts, deleted meanwhile on a thread of their own
     return report
 
 
@@ -456,24 +457,24 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
     exprs, how = clock.finish()
     with LANDING:  # the end phase: the last candidates matched, the parts fixed into the records file, the events
         parts, events, unparsed = sink.close()
+        fix = [*exprs, pl.lit(sid).alias("source_id"), pl.col("boot_id").str.replace(tmp_id, sid, literal=True)]
+        anchor = None
+        if opts.boot_time is not None and clock.kinds.get(TimeSource.MONOTONIC_ONLY.value):
+            anchor = boot_time_anchor([f"dmesg:{sid}#{clock.boot_n}"], opts.boot_time, opts.host)
+        records_file = staging / "records.parquet"
         with HEAVY.hold(LAND_WEIGHT):  # the other source's batches wait: this streaming write is the ingest's peak
-            fix = [*exprs, pl.lit(sid).alias("source_id"), pl.col("boot_id").str.replace(tmp_id, sid, literal=True)]
-            anchor = None
-            if opts.boot_time is not None and clock.kinds.get(TimeSource.MONOTONIC_ONLY.value):
-                anchor = boot_time_anchor([f"dmesg:{sid}#{clock.boot_n}"], opts.boot_time, opts.host)
-
-            records_file = staging / "records.parquet"
             if parts:  # the parts, fixed, streamed into one Parquet file (polars' streaming sink: bounded memory)
                 fixed = pl.scan_ipc([str(p) for p in parts]).with_columns(fix).drop(*EXTRA)
                 sink_parquet(apply_anchor(fixed, anchor, opts.host) if anchor else fixed, records_file, RECORD_SCHEMA)
             else:
                 write_parquet(empty_records(), records_file, RECORD_SCHEMA)
-            for p in parts:
-                p.unlink()
+        # the events (a part at a time: a source's events are never all in memory) and the entry read little
+        # beside the records file: one slot, the other source's batches go on meanwhile
+        with HEAVY.hold():
             events_file = staging / "events.parquet"
-            if events:  # a spilled part at a time: all of a source's events are never in memory at once
-                sink_parquet(pl.scan_parquet([str(p) for p in _retime_parts(events, records_file, sid)]),
-                             events_file, EVENT_SCHEMA)
+            if events:
+                retimed = _retime_parts(events, records_file, sid, moved=bool(exprs) or anchor is not None)
+                sink_parquet(pl.scan_parquet([str(p) for p in retimed]), events_file, EVENT_SCHEMA)
             else:
                 write_parquet(empty_events(), events_file, EVENT_SCHEMA)
             n_events = pl.scan_parquet(events_file).select(pl.len()).collect().item()
@@ -502,18 +503,23 @@ def final_times(lines: pl.Series, records_file: Path) -> pl.DataFrame:
             .select("line", pl.col("ts").alias("_ts"), pl.col("ts_source").alias("_tss")).collect())
 
 
-def _retime_parts(parts: list[Path], records_file: Path, sid: str) -> list[Path]:
-    """Each spilled events part retimed and given the source id, as a new part (the old one deleted). A part at a
-    time: a lazy join over all of them buffered every event of the source (a 4 GiB journal's 900 k: +220 MB)."""
-    final = final_times(pl.scan_parquet([str(p) for p in parts]).select("line").collect().get_column("line"),
-                        records_file)
+def _retime_parts(parts: list[Path], records_file: Path, sid: str, moved: bool = True) -> list[Path]:
+    """Each spilled events part retimed and given the source id, as a new part (both left to the staging's
+    cleanup). A part at a
+    time: a lazy join over all of them buffered every event of the source (a 4 GiB journal's 900 k: +220 MB).
+    `moved` False: the final fix changed no record's time (no year inferred, no boot anchor), so the events
+    keep the times they were matched with and the records file is not read."""
+    final = None
+    if moved:
+        final = final_times(pl.scan_parquet([str(p) for p in parts]).select("line").collect().get_column("line"),
+                            records_file)
     out = []
     for p in parts:
         ev = pl.read_parquet(p).with_columns(pl.lit(sid).alias("source_id"))
         q = p.with_name("retimed-" + p.name)
-        retime_events(ev, records_file, final).write_parquet(q, compression="lz4", statistics=False)
+        (retime_events(ev, records_file, final) if moved else ev).write_parquet(q, compression="lz4",
+                                                                                 statistics=False)
         del ev
-        p.unlink()
         out.append(q)
     return out
 
@@ -697,6 +703,7 @@ def rescan(store: Store, opts: IngestOptions, on_timeout: Callable[[RuleTimeout]
             raise StoreError(f"{store.path}: the records of source {sid} kept changing while they were "
                              f"matched ({REWRITE_TRIES} tries); run `forensics rescan` again once the other "
                              f"writers are done")
+    store.settle()
     return total
 
 

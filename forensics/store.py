@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -42,6 +43,31 @@ STORE_VERSION = 2
 SUPERSEDED_GRACE = 900.0  # seconds a replaced file stays for the readers that listed it before the switch
 _THREAD_LOCK = threading.RLock()
 DEFAULT_STORE = ".forensics"
+
+
+class _Bin:
+    """Directories deleted one after another on a background thread of this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
+
+    def put(self, d: Path) -> None:
+        with self._lock:
+            if self._pool is None:  # its thread is joined at interpreter exit: nothing is left half-deleted
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="store-bin")
+            self._pending = [f for f in self._pending if not f.done()]
+            self._pending.append(self._pool.submit(shutil.rmtree, d, ignore_errors=True))
+
+    def wait(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for f in pending:
+            f.result()
+
+
+_BIN = _Bin()
 
 
 class StoreError(Exception):
@@ -271,7 +297,14 @@ class Store:
             (self.path / rel).unlink(missing_ok=True)
 
     def cleanup(self, staging: Path) -> None:
-        shutil.rmtree(staging, ignore_errors=True)
+        """Delete a staging directory on a background thread (`settle` waits for it): on a file system that
+        trims freed blocks (ext4 mounted with `discard`), deleting the ~250 staged parts of a 1 GiB ingest took
+        3 s, which the ingest no longer waits for."""
+        _BIN.put(staging)
+
+    def settle(self) -> None:
+        """Wait until the staging directories handed to `cleanup` are deleted."""
+        _BIN.wait()
 
     @property
     def rulepack_versions(self) -> dict[str, str]:

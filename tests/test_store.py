@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from forensics.pipeline import IngestOptions, ingest
 from forensics.store import Store
@@ -32,6 +33,35 @@ def test_reingest_same_bytes_is_a_noop_unless_forced(tmp_path: Path) -> None:
     forced = ingest(store, [str(tmp_path / "a.log")], IngestOptions(force=True))
     assert forced.results[0].status == "ingested"
     assert len(store.sources()) == 1 and records(store).height == 2000
+
+
+def test_staging_is_deleted_off_the_ingest_path_and_gone_when_it_returns(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A landed source's staging (its many parts) is deleted on a background thread while the ingest goes on;
+    `ingest` and `rescan` wait for it before they return, so no staging is left behind."""
+    import threading
+
+    import forensics.store as store_mod
+    from forensics.pipeline import rescan
+
+    for k in range(3):
+        (tmp_path / f"{k}.log").write_text(LINES.replace(" h ", f" h{k} "))
+    where: list[str] = []
+    real = store_mod.shutil.rmtree
+
+    def slow_rmtree(d: Path, **kw: object) -> None:  # slow: without the wait, staging would still be there
+        where.append(threading.current_thread().name)
+        time.sleep(0.2)
+        real(d, **kw)
+
+    monkeypatch.setattr(store_mod.shutil, "rmtree", slow_rmtree)
+    store = Store(tmp_path / "s")
+    report = ingest(store, [str(tmp_path / f"{k}.log") for k in range(3)], IngestOptions())
+    assert [r.status for r in report.results] == ["ingested"] * 3
+    assert len(where) == 3 and all(n.startswith("store-bin") for n in where)
+    assert list((store.path / "tmp").iterdir()) == []
+    assert rescan(store, IngestOptions()) == 0 and list((store.path / "tmp").iterdir()) == []
+    assert len(where) == 6 and records(store).height == 6000
 
 
 def test_same_bytes_under_another_name_is_a_noop(tmp_path: Path) -> None:

@@ -208,7 +208,7 @@ def test_events_take_their_records_final_times_over_many_spilled_parts(tmp_path:
     one, _ = events(whole)
     parts = []
     real = pipeline._retime_parts
-    monkeypatch.setattr(pipeline, "_retime_parts", lambda ps, *a: parts.append(len(ps)) or real(ps, *a))
+    monkeypatch.setattr(pipeline, "_retime_parts", lambda ps, *a, **k: parts.append(len(ps)) or real(ps, *a, **k))
     monkeypatch.setattr(pipeline, "BATCH_BYTES", 8 << 10)
     monkeypatch.setattr(pipeline, "_matcher", lambda rules, budget=None: match.Matcher(rules, flush_rows=5,
                                                                                         budget=budget))
@@ -222,3 +222,71 @@ def test_events_take_their_records_final_times_over_many_spilled_parts(tmp_path:
                    on="line", how="left")
     assert (at["ts"] == at["rec_ts"]).all() and (at["ts_source"] == at["rec_src"]).all()
     assert at["ts"].dt.year().unique().sort().to_list() == [2023, 2024]  # --year is the last line's: a wrap before it
+
+
+_OOM = ("Out of memory: Killed process 4242 (python3) total-vm:1000kB, anon-rss:900kB, file-rss:0kB, shmem-rss:0kB, "
+        "UID:0 pgtables:4kB oom_score_adj:0")
+
+
+def _spilled(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Ingest with tiny batches and flushes (many spilled events parts); the `moved` flag of each retime."""
+    import forensics.pipeline as pipeline
+    from forensics import match
+
+    seen: list[bool] = []
+    real = pipeline._retime_parts
+    monkeypatch.setattr(pipeline, "_retime_parts", lambda ps, f, sid, moved=True: seen.append(moved) or
+                        real(ps, f, sid, moved))
+    monkeypatch.setattr(pipeline, "BATCH_BYTES", 8 << 10)
+    monkeypatch.setattr(pipeline, "_matcher", lambda rules, budget=None: match.Matcher(rules, flush_rows=5,
+                                                                                        budget=budget))
+    return seen
+
+
+def _event_times_are_record_times(store) -> pl.DataFrame:
+    (e,) = store.sources()
+    ev, recs = store.events_of(e).collect(), store.records_of(e).collect()
+    at = ev.join(recs.select("line", pl.col("ts").alias("rec_ts"), pl.col("ts_source").alias("rec_src")),
+                 on="line", how="left")
+    assert at.height > 20 and at["source_id"].unique().to_list() == [e.source_id]
+    assert (at["ts"] == at["rec_ts"]).all() and (at["ts_source"] == at["rec_src"]).all()
+    return at
+
+
+def test_exact_times_leave_the_events_times_as_matched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source whose stamps carry their date and zone has its final times when read: its events are given
+    only the source id, the records file is not read for their times, and each is still at its record's time."""
+    import forensics.pipeline as pipeline
+    from forensics.store import Store
+
+    lines = [f"2025-05-25T{10 + i // 3600:02d}:{(i // 60) % 60:02d}:{i % 60:02d}.000000+02:00 node kernel: "
+             f"{_OOM if i % 37 == 0 else f'tick {i}'}" for i in range(3000)]
+    src = tmp_path / "journal-iso.log"
+    src.write_text("\n".join(lines) + "\n")
+    seen = _spilled(monkeypatch)
+    monkeypatch.setattr(pipeline, "final_times", lambda *a: pytest.fail("exact times were read back"))
+    store = Store(tmp_path / "s")
+    pipeline.ingest(store, [str(src)], pipeline.IngestOptions())
+    assert seen == [False]
+    at = _event_times_are_record_times(store)
+    assert set(at["ts_source"]) == {"exact"} and at["ts"].min().hour == 8  # +02:00 -> UTC
+
+
+def test_boot_time_anchor_moves_the_events_with_their_records(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--boot-time` anchors a dmesg's monotonic seconds while its records are written: its events, matched
+    without a time, are given their records' anchored times."""
+    from datetime import datetime, timezone
+
+    import forensics.pipeline as pipeline
+    from forensics.store import Store
+
+    src = tmp_path / "dmesg.txt"
+    src.write_text("".join(f"[{100 + i:8d}.000000] {_OOM if i % 37 == 0 else f'tick {i}'}\n" for i in range(3000)))
+    seen = _spilled(monkeypatch)
+    store = Store(tmp_path / "s")
+    pipeline.ingest(store, [str(src)], pipeline.IngestOptions(
+        boot_time=datetime(2025, 5, 25, 8, 0, tzinfo=timezone.utc)))
+    assert seen == [True]
+    at = _event_times_are_record_times(store)
+    assert set(at["ts_source"]) == {"boot_anchored"} and at["ts"].null_count() == 0
