@@ -468,9 +468,8 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
                 sink_parquet(apply_anchor(fixed, anchor, opts.host) if anchor else fixed, records_file, RECORD_SCHEMA)
             else:
                 write_parquet(empty_records(), records_file, RECORD_SCHEMA)
-        # the events (a part at a time: a source's events are never all in memory) and the entry read little
-        # beside the records file: one slot, the other source's batches go on meanwhile
-        with HEAVY.hold():
+            # the events, a part at a time (a source's events are never all in memory at once), still with both
+            # slots: with one, their write met the other source's flush (2x the rules: 431-486 MiB, not 426-431)
             events_file = staging / "events.parquet"
             if events:
                 retimed = _retime_parts(events, records_file, sid, moved=bool(exprs) or anchor is not None)
@@ -505,10 +504,9 @@ def final_times(lines: pl.Series, records_file: Path) -> pl.DataFrame:
 
 def _retime_parts(parts: list[Path], records_file: Path, sid: str, moved: bool = True) -> list[Path]:
     """Each spilled events part retimed and given the source id, as a new part (both left to the staging's
-    cleanup). A part at a
-    time: a lazy join over all of them buffered every event of the source (a 4 GiB journal's 900 k: +220 MB).
-    `moved` False: the final fix changed no record's time (no year inferred, no boot anchor), so the events
-    keep the times they were matched with and the records file is not read."""
+    cleanup). A part at a time: a lazy join over all of them buffered every event of the source (a 4 GiB
+    journal's 900 k: +220 MB). `moved` False: the final fix changed no record's time (no year inferred, no boot
+    anchor), so the events keep the times they were matched with and the records file is not read."""
     final = None
     if moved:
         final = final_times(pl.scan_parquet([str(p) for p in parts]).select("line").collect().get_column("line"),

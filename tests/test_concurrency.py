@@ -14,7 +14,6 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -272,9 +271,8 @@ def _weighted_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slots: int) -
     lock = threading.Lock()
     used, most, seen = [0], [0], set()
 
-    def weighed(name: str, weight: int | Callable[..., int], f):
+    def weighed(name: str, w: int, f):
         def run(*a, **k):
-            w = weight(*a) if callable(weight) else weight
             with lock:
                 used[0] += w
                 most[0] = max(most[0], used[0])
@@ -295,9 +293,7 @@ def _weighted_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slots: int) -
     monkeypatch.setattr(pipeline, "parse_lines", weighed("parse", 1, pipeline.parse_lines))
     monkeypatch.setattr(match.Matcher, "keep", weighed("prefilter", 1, match.Matcher.keep))
     monkeypatch.setattr(match.Matcher, "finish", weighed("flush", 1, match.Matcher.finish))
-    # a landing's records write takes both slots; its events (read a part at a time) one
-    monkeypatch.setattr(pipeline, "sink_parquet", weighed("land", lambda lf, path, *a: 2 if path.name == "records.parquet"
-                                                          else 1, pipeline.sink_parquet))
+    monkeypatch.setattr(pipeline, "sink_parquet", weighed("land", 2, pipeline.sink_parquet))
     monkeypatch.setattr(pipeline, "warm_profile", weighed("profile", 2, pipeline.warm_profile))
     store = Store(tmp_path / "store")
     report = ingest(store, files, IngestOptions())
