@@ -765,9 +765,9 @@ def _events_python(rule: Rule, found: dict[int, _Found], cand: pl.DataFrame, rul
     ).cast(EVENT_SCHEMA)
 
 
-def _frame(records: pl.DataFrame, offset: int = 0) -> pl.DataFrame:
-    """The columns matching reads, with a row id (`ROW`) from `offset`."""
-    cols = [c for c in _REC_COLS if c in records.columns]
+def _frame(records: pl.DataFrame, offset: int = 0, extra: Sequence[str] = ()) -> pl.DataFrame:
+    """The columns matching reads (and the `extra` ones it passes through), with a row id (`ROW`) from `offset`."""
+    cols = [c for c in (*_REC_COLS, *extra) if c in records.columns]
     recs = records.select(cols).with_row_index(ROW, offset=offset)
     missing = [pl.lit(None, dtype=RECORD_SCHEMA[c]).alias(c) for c in _REC_COLS if c not in recs.columns]
     return recs.with_columns(missing) if missing else recs
@@ -798,8 +798,9 @@ class Matcher:
     timed out)."""
 
     def __init__(self, rules: RuleSet, *, flush_rows: int = 65_536, flush_bytes: int = 16 << 20,
-                 budget: RegexBudget | None = None) -> None:
+                 budget: RegexBudget | None = None, carry: Sequence[str] = ()) -> None:
         self.rules = rules
+        self.carry = tuple(carry)  # record columns the events of `finish` carry too, after EVENT_SCHEMA's
         self.budget = budget if budget is not None else RegexBudget()
         self.flush_rows, self.flush_bytes = flush_rows, flush_bytes
         self._cand: list[pl.DataFrame] = []
@@ -814,7 +815,7 @@ class Matcher:
     def keep(self, records: pl.DataFrame) -> bool:
         """Prefilter a batch and keep its candidates; True when enough have gathered for a flush (`finish`)."""
         if records.height and self.rules.rules:
-            cand = _candidate_rows(_frame(records, self._rows), self._cond(records))
+            cand = _candidate_rows(_frame(records, self._rows, self.carry), self._cond(records))
             if cand.height:
                 cand = detached(cand)  # the kept rows would otherwise keep the whole batch's text alive
                 self._cand.append(cand)
@@ -835,12 +836,17 @@ class Matcher:
         return self._conds[ident]
 
     def finish(self) -> pl.DataFrame:
-        """The events of the candidates gathered so far (call at the end of the stream)."""
+        """The events of the candidates gathered so far (call at the end of the stream), each with the `carry`
+        columns of its record (when there are events: a source's lines are unique, an event's is its record's)."""
         if not self._cand:
             return empty_events()
         cand = pl.concat(self._cand)
         self._cand, self._rows, self._kept, self._bytes = [], 0, 0, 0
-        return _apply_rules(cand, _pairs(cand, self.rules, self._table), self.rules, self.budget, True)
+        events = _apply_rules(cand, _pairs(cand, self.rules, self._table), self.rules, self.budget, True)
+        carry = [c for c in self.carry if c in cand.columns]
+        if carry and events.height:
+            events = events.join(cand.select("line", *carry), on="line", how="left", maintain_order="left")
+        return events
 
 
 def _apply_rules(cand: pl.DataFrame, pairs: pl.DataFrame, rules: RuleSet, budget: RegexBudget,

@@ -17,7 +17,7 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -308,7 +308,7 @@ def _matcher(rules, budget: RegexBudget | None = None):  # -> match.Matcher | No
         return None
     from .match import Matcher
 
-    return Matcher(rules, budget=budget)
+    return Matcher(rules, budget=budget, carry=EXTRA)  # the events keep what the final fix of times reads
 
 
 def warm_profile(store: Store, sid: str) -> None:
@@ -472,8 +472,9 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
             # slots: with one, their write met the other source's flush (2x the rules: 431-486 MiB, not 426-431)
             events_file = staging / "events.parquet"
             if events:
-                retimed = _retime_parts(events, records_file, sid, moved=bool(exprs) or anchor is not None)
-                sink_parquet(pl.scan_parquet([str(p) for p in retimed]), events_file, EVENT_SCHEMA)
+                times = [] if anchor else [e for e in exprs if e.meta.output_name() == "ts"]
+                sink_parquet(_final_events(events, records_file, sid, moved=bool(exprs) or anchor is not None,
+                                           times=times), events_file, EVENT_SCHEMA)
             else:
                 write_parquet(empty_events(), events_file, EVENT_SCHEMA)
             n_events = pl.scan_parquet(events_file).select(pl.len()).collect().item()
@@ -502,21 +503,34 @@ def final_times(lines: pl.Series, records_file: Path) -> pl.DataFrame:
             .select("line", pl.col("ts").alias("_ts"), pl.col("ts_source").alias("_tss")).collect())
 
 
-def _retime_parts(parts: list[Path], records_file: Path, sid: str, moved: bool = True) -> list[Path]:
-    """Each spilled events part retimed and given the source id, as a new part (both left to the staging's
-    cleanup). A part at a time: a lazy join over all of them buffered every event of the source (a 4 GiB
-    journal's 900 k: +220 MB). `moved` False: the final fix changed no record's time (no year inferred, no boot
-    anchor), so the events keep the times they were matched with and the records file is not read."""
-    final = None
-    if moved:
-        final = final_times(pl.scan_parquet([str(p) for p in parts]).select("line").collect().get_column("line"),
-                            records_file)
+def _final_events(parts: list[Path], records_file: Path, sid: str, moved: bool = True,
+                  times: Sequence[pl.Expr] = ()) -> pl.LazyFrame:
+    """The spilled events parts, streamed, with the source id and their records' final times. `moved` False:
+    the final fix changed no record's time (no year inferred, no boot anchor), so the events keep the times they
+    were matched with. `times`: the fix's expressions of `ts`, applied to the events themselves, which carry the
+    record columns they read (`EXTRA`). Only parts without them (or a fix that also anchors boots) are given
+    their times from the records file (`_retime_parts`)."""
+    scan = pl.scan_parquet([str(p) for p in parts])
+    have = set(pl.read_parquet_schema(parts[0])) if len(parts) else set()
+    if moved and not (times and all(set(pl.read_parquet_schema(p)) == have for p in parts)
+                      and all(set(e.meta.root_names()) <= have for e in times)):
+        return pl.scan_parquet([str(p) for p in _retime_parts(parts, records_file, sid)])
+    out = scan.with_columns(pl.lit(sid).alias("source_id"), *(times if moved else ()))
+    return out.drop([c for c in EXTRA if c in have])
+
+
+def _retime_parts(parts: list[Path], records_file: Path, sid: str) -> list[Path]:
+    """Each spilled events part given its records' final times from the records file and the source id, as a
+    new part (both left to the staging's cleanup). A part at a time: a lazy join over all of them buffered
+    every event of the source (a 4 GiB journal's 900 k: +220 MB)."""
+    final = final_times(pl.scan_parquet([str(p) for p in parts]).select("line").collect().get_column("line"),
+                        records_file)
     out = []
     for p in parts:
         ev = pl.read_parquet(p).with_columns(pl.lit(sid).alias("source_id"))
         q = p.with_name("retimed-" + p.name)
-        (retime_events(ev, records_file, final) if moved else ev).write_parquet(q, compression="lz4",
-                                                                                 statistics=False)
+        retime_events(ev, records_file, final).drop([c for c in EXTRA if c in ev.columns]).write_parquet(
+            q, compression="lz4", statistics=False)
         del ev
         out.append(q)
     return out

@@ -638,6 +638,25 @@ def test_streamed_matching_flushes_in_bounded_slices(rules: RuleSet) -> None:
     assert sizes == [0, 100, 0, 100, 0, 100, 0, 100, 0]
 
 
+def test_streamed_events_carry_the_columns_of_their_records(rules: RuleSet) -> None:
+    """`carry`: each event of a flush has those columns of its own record (the OOM report's first record, a
+    multi-line one, and not the records its context patterns read), after the columns of EVENT_SCHEMA,
+    which are the events' without carry."""
+    text = (Path(__file__).resolve().parent.parent / "samples" / "incident" / "dmesg.log").read_text()
+    recs = parse_text(text, path="dmesg.log").with_columns((pl.col("line") * 10).alias("_w"))
+    plain, carried = Matcher(rules), Matcher(rules, carry=("_w", "absent"))
+    cut = recs.height // 2
+    for m in (plain, carried):
+        m.keep(recs.slice(0, cut))
+        m.keep(recs.slice(cut))
+    a, b = plain.finish(), carried.finish()
+    assert a.height > 2 and b.columns == [*a.columns, "_w"]
+    assert b.drop("_w").equals(a)
+    assert b["_w"].to_list() == (b["line"] * 10).to_list()
+    oom = b.filter(pl.col("kind") == "oom_kill")
+    assert oom.height == 1 and oom["line_end"][0] > oom["line"][0] and oom["_w"][0] == 10 * oom["line"][0]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.text(alphabet="ab.(|*)[]^$?+{}\\ -Kk", min_size=3, max_size=6), min_size=1, max_size=8, unique=True),
        st.lists(st.text(alphabet="ab.(|*)[]^$?+{}\\ -KkAB\u212a", max_size=30), min_size=1, max_size=30),

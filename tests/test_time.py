@@ -180,14 +180,23 @@ def test_dmesg_anchored_by_pairing_with_the_journal(tmp_path: Path) -> None:
     assert abs(d["ts"][2].timestamp() - (boot + 44238.512345)) <= 1.0
 
 
+@pytest.mark.parametrize("carried", [True, False])
 def test_events_take_their_records_final_times_over_many_spilled_parts(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      carried: bool) -> None:
     """Year-less stamps are fixed only once the whole source is read; the events matched before that, spilled
     in many parts, are given their records' final times one part at a time: the same events, in the same order,
-    as when they all fit in one part, each at its record's time."""
+    as when they all fit in one part, each at its record's time. The events carry the record columns the fix
+    reads, and the fix is applied to them (the records file is not read for their times); events matched without
+    those columns are given their records' times from the records file."""
     import forensics.pipeline as pipeline
     from forensics import match
     from forensics.store import Store
+    from forensics.timefix import EXTRA
+
+    read_back = []
+    real_final = pipeline.final_times
+    monkeypatch.setattr(pipeline, "final_times", lambda *a: read_back.append(1) or real_final(*a))
 
     lines = []
     for i in range(3000):
@@ -207,15 +216,17 @@ def test_events_take_their_records_final_times_over_many_spilled_parts(tmp_path:
     pipeline.ingest(whole, [str(src)], opts)
     one, _ = events(whole)
     parts = []
-    real = pipeline._retime_parts
-    monkeypatch.setattr(pipeline, "_retime_parts", lambda ps, *a, **k: parts.append(len(ps)) or real(ps, *a, **k))
+    real = pipeline._final_events
+    monkeypatch.setattr(pipeline, "_final_events", lambda ps, *a, **k: parts.append(len(ps)) or real(ps, *a, **k))
     monkeypatch.setattr(pipeline, "BATCH_BYTES", 8 << 10)
-    monkeypatch.setattr(pipeline, "_matcher", lambda rules, budget=None: match.Matcher(rules, flush_rows=5,
-                                                                                        budget=budget))
+    monkeypatch.setattr(pipeline, "_matcher", lambda rules, budget=None: match.Matcher(
+        rules, flush_rows=5, budget=budget, carry=EXTRA if carried else ()))
+    read_back.clear()
     split = Store(tmp_path / "split")
     pipeline.ingest(split, [str(src)], opts)
     many, recs = events(split)
     assert parts and parts[0] > 10
+    assert read_back == ([] if carried else [1])
     assert one.height == many.height > 50
     assert one.drop("source_id").equals(many.drop("source_id"))
     at = many.join(recs.select("line", pl.col("ts").alias("rec_ts"), pl.col("ts_source").alias("rec_src")),
@@ -229,17 +240,20 @@ _OOM = ("Out of memory: Killed process 4242 (python3) total-vm:1000kB, anon-rss:
 
 
 def _spilled(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Ingest with tiny batches and flushes (many spilled events parts); the `moved` flag of each retime."""
+    """Ingest with tiny batches and flushes (many spilled events parts); the `moved` flag of each source's
+    final events."""
     import forensics.pipeline as pipeline
     from forensics import match
 
+    from forensics.timefix import EXTRA
+
     seen: list[bool] = []
-    real = pipeline._retime_parts
-    monkeypatch.setattr(pipeline, "_retime_parts", lambda ps, f, sid, moved=True: seen.append(moved) or
-                        real(ps, f, sid, moved))
+    real = pipeline._final_events
+    monkeypatch.setattr(pipeline, "_final_events", lambda ps, f, sid, moved=True, **k: seen.append(moved) or
+                        real(ps, f, sid, moved, **k))
     monkeypatch.setattr(pipeline, "BATCH_BYTES", 8 << 10)
     monkeypatch.setattr(pipeline, "_matcher", lambda rules, budget=None: match.Matcher(rules, flush_rows=5,
-                                                                                        budget=budget))
+                                                                                        budget=budget, carry=EXTRA))
     return seen
 
 
@@ -270,6 +284,31 @@ def test_exact_times_leave_the_events_times_as_matched(tmp_path: Path, monkeypat
     assert seen == [False]
     at = _event_times_are_record_times(store)
     assert set(at["ts_source"]) == {"exact"} and at["ts"].min().hour == 8  # +02:00 -> UTC
+
+
+def test_events_of_a_year_taken_from_another_source_are_fixed_with_their_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A year-less journal takes its year from a full-date source of the same host (a host anchor, known only
+    once that one has landed): its events, matched long before, get the same final times as their records,
+    computed from the columns they carry."""
+    import forensics.pipeline as pipeline
+    from forensics.store import Store
+
+    dated = tmp_path / "iso.log"
+    dated.write_text("".join(f"2024-12-31T23:5{i}:00+00:00 node app[1]: dated {i}\n" for i in range(10)))
+    yearless = tmp_path / "short.log"
+    yearless.write_text("".join(f"Dec 31 23:{i // 60:02d}:{i % 60:02d} node kernel: "
+                                f"{_OOM if i % 37 == 0 else f'tick {i}'}\n" for i in range(3000)))
+    seen = _spilled(monkeypatch)
+    monkeypatch.setattr(pipeline, "final_times", lambda *a: pytest.fail("the records file was read for times"))
+    store = Store(tmp_path / "s")
+    pipeline.ingest(store, [str(yearless), str(dated)], pipeline.IngestOptions())
+    (e,) = [x for x in store.sources() if x.path.endswith("short.log")]
+    assert "for host node" in e.time_anchor and True in seen
+    ev, recs = store.events_of(e).collect(), store.records_of(e).collect()
+    at = ev.join(recs.select("line", pl.col("ts").alias("rec_ts")), on="line", how="left")
+    assert at.height > 50 and (at["ts"] == at["rec_ts"]).all()
+    assert at["ts"].dt.year().unique().to_list() == [2024] and set(at["ts_source"]) == {"year_inferred"}
 
 
 def test_boot_time_anchor_moves_the_events_with_their_records(tmp_path: Path,
