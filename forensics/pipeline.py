@@ -468,8 +468,8 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
                 sink_parquet(apply_anchor(fixed, anchor, opts.host) if anchor else fixed, records_file, RECORD_SCHEMA)
             else:
                 write_parquet(empty_records(), records_file, RECORD_SCHEMA)
-            # the events, a part at a time (a source's events are never all in memory at once), still with both
-            # slots: with one, their write met the other source's flush (2x the rules: 431-486 MiB, not 426-431)
+            # the events, streamed (a source's events are never all in memory at once), still with both slots:
+            # with one, their write met the other source's flush (2x the rules: 431-486 MiB, not 409-431)
             events_file = staging / "events.parquet"
             if events:
                 times = [] if anchor else [e for e in exprs if e.meta.output_name() == "ts"]
@@ -510,12 +510,12 @@ def _final_events(parts: list[Path], records_file: Path, sid: str, moved: bool =
     were matched with. `times`: the fix's expressions of `ts`, applied to the events themselves, which carry the
     record columns they read (`EXTRA`). Only parts without them (or a fix that also anchors boots) are given
     their times from the records file (`_retime_parts`)."""
-    scan = pl.scan_parquet([str(p) for p in parts])
-    have = set(pl.read_parquet_schema(parts[0])) if len(parts) else set()
-    if moved and not (times and all(set(pl.read_parquet_schema(p)) == have for p in parts)
-                      and all(set(e.meta.root_names()) <= have for e in times)):
+    have = set(pl.read_parquet_schema(parts[0])) if parts else set()
+    alike = all(set(pl.read_parquet_schema(p)) == have for p in parts)  # one scan reads them all
+    if not alike or (moved and not (times and all(set(e.meta.root_names()) <= have for e in times))):
         return pl.scan_parquet([str(p) for p in _retime_parts(parts, records_file, sid)])
-    out = scan.with_columns(pl.lit(sid).alias("source_id"), *(times if moved else ()))
+    out = pl.scan_parquet([str(p) for p in parts]).with_columns(pl.lit(sid).alias("source_id"),
+                                                                *(times if moved else ()))
     return out.drop([c for c in EXTRA if c in have])
 
 

@@ -329,3 +329,29 @@ def test_boot_time_anchor_moves_the_events_with_their_records(tmp_path: Path,
     assert seen == [True]
     at = _event_times_are_record_times(store)
     assert set(at["ts_source"]) == {"boot_anchored"} and at["ts"].null_count() == 0
+
+
+def test_final_events_of_unlike_parts_are_retimed_from_the_records_file(tmp_path: Path) -> None:
+    """Spilled parts that do not all carry the fix's columns cannot be read by one scan: each is given its
+    records' times from the records file instead, and every output has the events' columns only."""
+    from datetime import datetime, timezone
+
+    import forensics.pipeline as pipeline
+    from forensics.schema import EVENT_SCHEMA, empty_events
+    from forensics.timefix import EXTRA
+
+    t0, t1 = (datetime(2025, 5, 25, h, tzinfo=timezone.utc) for h in (1, 2))
+    records_file = tmp_path / "records.parquet"
+    pl.DataFrame({"line": [1, 2], "ts": [t0, t1], "ts_source": ["exact", "exact"]}).write_parquet(records_file)
+
+    def event(line: int) -> pl.DataFrame:
+        return pl.concat([empty_events(), pl.DataFrame({"line": [line], "kind": ["k"], "source_id": ["tmp"]})],
+                         how="diagonal_relaxed").cast(EVENT_SCHEMA)
+
+    a, b = tmp_path / "events-0.parquet", tmp_path / "events-1.parquet"
+    event(1).with_columns(pl.lit(3, dtype=pl.Int32).alias(EXTRA[0])).write_parquet(a)
+    event(2).write_parquet(b)
+    out = pipeline._final_events([a, b], records_file, "sid", moved=False).collect()
+    assert out.columns == list(EVENT_SCHEMA)
+    assert out["line"].to_list() == [1, 2] and out["ts"].to_list() == [t0, t1]
+    assert out["source_id"].to_list() == ["sid", "sid"]
