@@ -471,10 +471,9 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
             # the events, streamed (a source's events are never all in memory at once), still with both slots:
             # with one, their write met the other source's flush (2x the rules: 431-486 MiB, not 409-431)
             events_file = staging / "events.parquet"
-            if events:
-                times = [] if anchor else [e for e in exprs if e.meta.output_name() == "ts"]
-                sink_parquet(_final_events(events, records_file, sid, moved=bool(exprs) or anchor is not None,
-                                           times=times), events_file, EVENT_SCHEMA)
+            if events:  # the fix's expressions of the times events have (a boot anchor: the records file's)
+                times = None if anchor else [e for e in exprs if e.meta.output_name() in ("ts", "ts_source")]
+                sink_parquet(_final_events(events, records_file, sid, times), events_file, EVENT_SCHEMA)
             else:
                 write_parquet(empty_events(), events_file, EVENT_SCHEMA)
             n_events = pl.scan_parquet(events_file).select(pl.len()).collect().item()
@@ -503,19 +502,17 @@ def final_times(lines: pl.Series, records_file: Path) -> pl.DataFrame:
             .select("line", pl.col("ts").alias("_ts"), pl.col("ts_source").alias("_tss")).collect())
 
 
-def _final_events(parts: list[Path], records_file: Path, sid: str, moved: bool = True,
-                  times: Sequence[pl.Expr] = ()) -> pl.LazyFrame:
-    """The spilled events parts, streamed, with the source id and their records' final times. `moved` False:
-    the final fix changed no record's time (no year inferred, no boot anchor), so the events keep the times they
-    were matched with. `times`: the fix's expressions of `ts`, applied to the events themselves, which carry the
-    record columns they read (`EXTRA`). Only parts without them (or a fix that also anchors boots) are given
-    their times from the records file (`_retime_parts`)."""
+def _final_events(parts: list[Path], records_file: Path, sid: str,
+                  times: Sequence[pl.Expr] | None) -> pl.LazyFrame:
+    """The spilled events parts, streamed, with the source id and their records' final times. `times`: the final
+    fix's expressions of the events' time columns, applied to the events themselves, which carry the record
+    columns they read (`EXTRA`); none when the fix moves no time (no year inferred). None (a boot anchor), or
+    parts without those columns: the times are read from the records file (`_retime_parts`)."""
     have = set(pl.read_parquet_schema(parts[0])) if parts else set()
     alike = all(set(pl.read_parquet_schema(p)) == have for p in parts)  # one scan reads them all
-    if not alike or (moved and not (times and all(set(e.meta.root_names()) <= have for e in times))):
+    if times is None or not alike or not all(set(e.meta.root_names()) <= have for e in times):
         return pl.scan_parquet([str(p) for p in _retime_parts(parts, records_file, sid)])
-    out = pl.scan_parquet([str(p) for p in parts]).with_columns(pl.lit(sid).alias("source_id"),
-                                                                *(times if moved else ()))
+    out = pl.scan_parquet([str(p) for p in parts]).with_columns(pl.lit(sid).alias("source_id"), *times)
     return out.drop([c for c in EXTRA if c in have])
 
 

@@ -240,8 +240,8 @@ _OOM = ("Out of memory: Killed process 4242 (python3) total-vm:1000kB, anon-rss:
 
 
 def _spilled(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Ingest with tiny batches and flushes (many spilled events parts); the `moved` flag of each source's
-    final events."""
+    """Ingest with tiny batches and flushes (many spilled events parts); whether the times of each source's
+    events move (a fix of them, or their records' times read)."""
     import forensics.pipeline as pipeline
     from forensics import match
 
@@ -249,8 +249,9 @@ def _spilled(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     seen: list[bool] = []
     real = pipeline._final_events
-    monkeypatch.setattr(pipeline, "_final_events", lambda ps, f, sid, moved=True, **k: seen.append(moved) or
-                        real(ps, f, sid, moved, **k))
+    monkeypatch.setattr(pipeline, "_final_events", lambda ps, f, sid, times: seen.append(times is None or
+                                                                                         bool(times)) or
+                        real(ps, f, sid, times))
     monkeypatch.setattr(pipeline, "BATCH_BYTES", 8 << 10)
     monkeypatch.setattr(pipeline, "_matcher", lambda rules, budget=None: match.Matcher(rules, flush_rows=5,
                                                                                         budget=budget, carry=EXTRA))
@@ -351,7 +352,7 @@ def test_final_events_of_unlike_parts_are_retimed_from_the_records_file(tmp_path
     a, b = tmp_path / "events-0.parquet", tmp_path / "events-1.parquet"
     event(1).with_columns(pl.lit(3, dtype=pl.Int32).alias(EXTRA[0])).write_parquet(a)
     event(2).write_parquet(b)
-    out = pipeline._final_events([a, b], records_file, "sid", moved=False).collect()
+    out = pipeline._final_events([a, b], records_file, "sid", []).collect()
     assert out.columns == list(EVENT_SCHEMA)
     assert out["line"].to_list() == [1, 2] and out["ts"].to_list() == [t0, t1]
     assert out["source_id"].to_list() == ["sid", "sid"]
