@@ -92,22 +92,25 @@ def ingest(store: Store, inputs: list[str], opts: IngestOptions,
            progress: Callable[[Source], Progress] | None = None) -> IngestReport:
     store.init()
     report = IngestReport()
-    sources, errors = expand(inputs)
-    report.errors.extend(errors)
-    planned: list[tuple[Source, Detection]] = []
-    for src in sources:
-        try:
-            kind = binary_kind(head_bytes(src, 64 << 10))
-            if kind and not opts.fmt:
-                raise SourceError(f"{src.display}: not a text log ({kind}); nothing ingested from it. If it "
-                                  f"really is a log, force a format with --format")
-            sample = _sample_lines(src)
-            planned.append((src, detect(sample, src.display, forced=opts.fmt)))
-        except SourceError as e:
-            report.results.append(SourceResult(src.display, "failed", error=str(e)))
-    # full-date sources first: their dates anchor the year of year-less sources of the same host
-    planned.sort(key=lambda p: (_needs_year(p[1]), sources.index(p[0])))
-    rules = _load_rules(opts)
+    # the packs are loaded (every pattern compiled and checked: 0.3 s) while the inputs are detected
+    with ThreadPoolExecutor(1, thread_name_prefix="rules") as loading:
+        rules_loaded = loading.submit(_load_rules, opts)
+        sources, errors = expand(inputs)
+        report.errors.extend(errors)
+        planned: list[tuple[Source, Detection]] = []
+        for src in sources:
+            try:
+                kind = binary_kind(head_bytes(src, 64 << 10))
+                if kind and not opts.fmt:
+                    raise SourceError(f"{src.display}: not a text log ({kind}); nothing ingested from it. If it "
+                                      f"really is a log, force a format with --format")
+                sample = _sample_lines(src)
+                planned.append((src, detect(sample, src.display, forced=opts.fmt)))
+            except SourceError as e:
+                report.results.append(SourceResult(src.display, "failed", error=str(e)))
+        # full-date sources first: their dates anchor the year of year-less sources of the same host
+        planned.sort(key=lambda p: (_needs_year(p[1]), sources.index(p[0])))
+        rules = rules_loaded.result()  # a pack's error is raised here, before any source streams
 
     def one(item: tuple[Source, Detection], dated: DatedWait | None = None) -> SourceResult:
         try:

@@ -22,6 +22,7 @@ from test_hostile import cli, journal_lines
 
 import forensics.pipeline as pipeline
 from forensics.pipeline import IngestOptions, ingest, rescan
+from forensics.rulepacks import RulePackError
 from forensics.store import Store
 from forensics.storecheck import check
 
@@ -311,3 +312,40 @@ def test_heavy_phases_never_hold_more_than_the_slots(tmp_path: Path, monkeypatch
     assert most == 2
     wide, _ = _weighted_use(tmp_path / "wide", monkeypatch, 100)
     assert wide > 2
+
+
+def test_packs_load_while_the_inputs_are_detected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading the packs (every pattern compiled) overlaps the detection of the inputs: the loader here waits for
+    the first detection, which a load done before detecting (or after) would never see."""
+    log = tmp_path / "a.log"
+    log.write_text(journal_lines(200, "a", host="node-a", oom_every=50))
+    detected = threading.Event()
+    seen: list[bool] = []
+    real_detect, real_load = pipeline.detect, pipeline._load_rules
+
+    def detect(*a, **k):
+        detected.set()
+        return real_detect(*a, **k)
+
+    def load(opts):
+        seen.append(detected.wait(timeout=30) and threading.current_thread() is not threading.main_thread())
+        return real_load(opts)
+
+    monkeypatch.setattr(pipeline, "detect", detect)
+    monkeypatch.setattr(pipeline, "_load_rules", load)
+    rep = ingest(Store(tmp_path / "s"), [str(log)], IngestOptions())
+    assert seen == [True] and not rep.failed
+    assert Store(tmp_path / "s").sources()[0].events > 0
+
+
+def test_a_bad_pack_fails_the_ingest_before_any_source_lands(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text(journal_lines(200, "a", host="node-a", oom_every=50))
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "bad.yaml").write_text("pack: bad\nrules:\n  - id: b.x\n    kind: oom_kill\n    pattern: '(unclosed'\n")
+    store = Store(tmp_path / "s")
+    with pytest.raises(RulePackError) as e:
+        ingest(store, [str(log)], IngestOptions(rules_dirs=(str(rules),)))
+    assert "bad.yaml:" in str(e.value)
+    assert store.sources() == [] and not any((tmp_path / "s" / "tmp").iterdir())
