@@ -70,6 +70,7 @@ COVERAGE_STATES = ("present", "missing")
 ROLE_NAMES = ("cause", "symptom", "context")
 CONFIDENCE_ORDER = (Confidence.CONFIRMED, Confidence.LIKELY, Confidence.POSSIBLE, Confidence.INCONCLUSIVE)
 # names every template may use besides the step names
+UNKNOWN_HOST = "unknown host"   # the incidents of events that name no host, and such a host in a statement
 STANDARD_NAMES = ("host", "unit", "since", "until", "coverage", "anchor", "cause", "window_start", "window_end")
 
 PACK_KEYS = ("pack", "description", "correlations")
@@ -1638,9 +1639,16 @@ def evidence_of(e: EventView, note: str) -> Evidence:
                     text=e.message, note=note, source_id=e.source_id)
 
 
+def _prose(vals: dict[str, Any]) -> dict[str, Any]:
+    """The values a statement is written with: a host the events do not name reads `unknown host`, as their
+    incident's host does (commands keep the `{host}` placeholder, for the reader to fill)."""
+    return {**vals, "host": vals.get("host") or UNKNOWN_HOST}
+
+
 def _finding(m: Match) -> Finding:
     c = m.correlation
     vals = _values(m)
+    text = _prose(vals)
     cause = m.events(c.cause)[0]
     evs = m.all_events()
     others = sorted((e for e in evs if e.seq != cause.seq), key=lambda e: (e.t is None, e.t or 0.0, e.seq))
@@ -1648,7 +1656,7 @@ def _finding(m: Match) -> Finding:
     ev_for = [evidence_of(cause, f"{c.cause}: {cause.title or cause.kind}"
                           + (" (what it shows needs explaining; the cause is not in the logs)" if c.suspected else ""))]
     ev_for += [evidence_of(e, f"{step_of[e.seq]}: {e.title or e.kind}") for e in others]
-    ev_against = [evidence_of(e, fill(ag.note, vals) if ag.note else f"{ag.name}: {e.title or e.kind}")
+    ev_against = [evidence_of(e, fill(ag.note, text) if ag.note else f"{ag.name}: {e.title or e.kind}")
                   for ag, e in m.against]
     confidence = c.confidence
     if m.against and c.downgrade is not None and _rank(c.downgrade) > _rank(confidence):
@@ -1668,12 +1676,12 @@ def _finding(m: Match) -> Finding:
             roles += [(e.id, r) for e in m.events(name)]
     steps = tuple(dict.fromkeys(fill(s, vals) for s in c.next_steps))
     concl = Conclusion(
-        rule=c.id, kind=c.kind or cause.kind, confidence=confidence, statement=fill(c.statement, vals),
+        rule=c.id, kind=c.kind or cause.kind, confidence=confidence, statement=fill(c.statement, text),
         cause_event=None if c.suspected else cause.id, explains=tuple(dict.fromkeys(e.id for e in explained)),
         evidence_for=tuple(ev_for), evidence_against=tuple(ev_against),
-        alternatives=tuple(fill(a, vals) for a in c.alternatives), next_steps=steps,
+        alternatives=tuple(fill(a, text) for a in c.alternatives), next_steps=steps,
         unit=vals["unit"])
-    return Finding(conclusion=concl, headline=fill(c.headline, vals) if c.headline else c.title,
+    return Finding(conclusion=concl, headline=fill(c.headline, text) if c.headline else c.title,
                    anchor=m.anchor.id, priority=c.priority, roles=tuple(roles),
                    event_ids=tuple(e.id for e in evs), rules=(c.id,),
                    t=cause.t if cause.t is not None else m.anchor.t)
@@ -1774,7 +1782,7 @@ def resolve(matches: Sequence[Match]) -> list[Finding]:
             index(len(primaries) - 1, f.conclusion)
             continue
         pm, pf = primaries[target]
-        primaries[target] = (pm, _fold_into(pf, f, fill(m.correlation.fold_statement, _values(m))
+        primaries[target] = (pm, _fold_into(pf, f, fill(m.correlation.fold_statement, _prose(_values(m)))
                                             if m.correlation.fold_statement else ""))
         index(target, primaries[target][1].conclusion)
     out = [f for _, f in primaries]

@@ -25,7 +25,7 @@ from pathlib import Path
 import polars as pl
 
 from .cachefiles import code_digest, generation, prune, stamps, write_atomic
-from .correlate import SYSTEMD_KINDS, Correlation, EventView, views
+from .correlate import SYSTEMD_KINDS, UNKNOWN_HOST, Correlation, EventView, views
 from .schema import EVENT_SCHEMA
 
 DUP_SECONDS = 2.0                      # the same line in two sources: this close in time
@@ -36,7 +36,6 @@ _PREFIX = re.compile(_PREFIX_RX)
 # what Python's str.strip() strips (str.isspace), so the polars signature is the Python one
 PY_WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
                  "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
-UNKNOWN_HOST = "unknown host"
 SLICE_ROWS = 100_000                   # events read at a time when looking at all of them
 _DEBUG = bool(os.environ.get("FORENSICS_DEBUG_LOAD"))
 _INT_TEXT = r"^-?\d+(?:\.0+)?$"

@@ -489,20 +489,23 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
 
 def retime_events(events: pl.DataFrame, records_file: Path, final: pl.DataFrame | None = None) -> pl.DataFrame:
     """Events were matched on provisional times; give them their record's final time, in order (`final`: the
-    times of their lines, `final_times`, when already read)."""
+    times of their lines, `final_times`, when already read). An event without a host takes its record's: anchoring
+    a kernel clock to a host's journal names the host of the records it anchors."""
     if events.height == 0:
         return events
     if final is None:
         final = final_times(events.get_column("line"), records_file)
     out = events.join(final, on="line", how="left", maintain_order="left")
     return out.with_columns(pl.coalesce(pl.col("_ts"), pl.col("ts")).alias("ts"),
-                            pl.coalesce(pl.col("_tss"), pl.col("ts_source")).alias("ts_source")).drop("_ts", "_tss")
+                            pl.coalesce(pl.col("_tss"), pl.col("ts_source")).alias("ts_source"),
+                            pl.coalesce(pl.col("host"), pl.col("_host")).alias("host")).drop("_ts", "_tss", "_host")
 
 
 def final_times(lines: pl.Series, records_file: Path) -> pl.DataFrame:
-    """(line, _ts, _tss): the final time of each of these lines' records."""
+    """(line, _ts, _tss, _host): the final time (and host) of each of these lines' records."""
     return (pl.scan_parquet(records_file).filter(pl.col("line").is_in(lines.unique().implode()))
-            .select("line", pl.col("ts").alias("_ts"), pl.col("ts_source").alias("_tss")).collect())
+            .select("line", pl.col("ts").alias("_ts"), pl.col("ts_source").alias("_tss"), pl.col("host").alias("_host"))
+            .collect())
 
 
 def _final_events(parts: list[Path], records_file: Path, sid: str,

@@ -218,3 +218,21 @@ def test_coverage_values_as_clauses() -> None:
     assert yes["kernel_seen"] == "a kernel log covering the moment was ingested"
     assert no["unit_output_seen"] == "the service's own output was not ingested"
     assert yes["unit_output_seen"] == "the service's own output was ingested"
+
+
+def test_a_host_the_events_do_not_name_reads_unknown_host_in_prose_only() -> None:
+    """Events of a file that names no host are the `unknown host`'s incident; their statements say so (they printed
+    `on {host}`), while a command keeps the placeholder for the reader to fill."""
+    c = Correlation(id="t.c", title="t", confidence=Confidence.CONFIRMED, anchor="a", cause="b", window=60,
+                    steps=(Step("a", ("cuda_error",)), Step("b", ("gpu_xid",))), pack="t", location=LOC,
+                    statement="b on {host} at {b.time}", headline="xid on {host}", alternatives=("not {host}",),
+                    next_steps=("ssh {host} nvidia-smi -q",), explains=("a",))
+    rows = [{"t": 10, "kind": "cuda_error", "host": None}, {"t": 12, "kind": "gpu_xid", "host": None}]
+    (f,) = [f for f in correlate_views(views(frame(rows)), [c], Coverage([])) if "t.c" in f.rules]
+    assert f.headline == "xid on unknown host"
+    assert f.conclusion.statement.startswith("b on unknown host at ")
+    assert f.conclusion.alternatives == ("not unknown host",)
+    assert f.conclusion.next_steps == ("ssh {host} nvidia-smi -q",)
+    named = [{**r, "host": "gpu7"} for r in rows]
+    (g,) = [f for f in correlate_views(views(frame(named)), [c], Coverage([])) if "t.c" in f.rules]
+    assert g.headline == "xid on gpu7" and g.conclusion.next_steps == ("ssh gpu7 nvidia-smi -q",)

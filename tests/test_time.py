@@ -180,6 +180,37 @@ def test_dmesg_anchored_by_pairing_with_the_journal(tmp_path: Path) -> None:
     assert abs(d["ts"][2].timestamp() - (boot + 44238.512345)) <= 1.0
 
 
+def test_anchored_dmesg_events_take_the_host_of_their_records(tmp_path: Path) -> None:
+    """Pairing a raw dmesg (no host) with gpu1's journal names gpu1 as its records' host; its events, matched before
+    that, take it too: in a store of two hosts its OOM kill is gpu1's incident, not an `unknown host`'s (whose
+    statement printed `on {host}`)."""
+    from datetime import datetime, timezone
+
+    from forensics.incidents import find_incidents
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    boot = 1748160000  # 2025-05-25T08:00:00Z
+    msgs = [(100.25, "NVRM: loading NVIDIA UNIX Open Kernel Module  575.57.08"), (2000.5, "EXT4-fs (nvme0n1p2): mounted"),
+            (3000.75, "usb 1-1: new high-speed USB device number 2 using xhci_hcd"),
+            (44238.4, "python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, "
+                      "oom_score_adj=0"),
+            (44238.512345, "Out of memory: Killed process 48213 (python3) total-vm:1000kB, anon-rss:900kB, "
+                           "file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:8kB oom_score_adj:0")]
+    stamp = lambda m: datetime.fromtimestamp(int(boot + m), timezone.utc).strftime("%b %d %H:%M:%S")  # noqa: E731
+    (tmp_path / "dmesg.txt").write_text("".join(f"[{m:12.6f}] {t}\n" for m, t in msgs))
+    (tmp_path / "journal.txt").write_text("".join(f"{stamp(m)} gpu1 kernel: {t}\n" for m, t in msgs[:3]))
+    (tmp_path / "other.txt").write_text(f"{stamp(3000)} gpu2 app[7]: hello\n")
+    store = Store(tmp_path / "s")
+    ingest(store, [str(tmp_path / f) for f in ("dmesg.txt", "journal.txt", "other.txt")], IngestOptions(year=2025))
+    ev = store.events().filter(pl.col("path").str.ends_with("dmesg.txt")).collect()
+    assert ev.height and set(ev["host"]) == {"gpu1"}, ev.select("kind", "host")
+    oom = [i for i in find_incidents(store, []) if any(c.kind == "oom_kill" for c in i.conclusions)]
+    assert [i.hosts for i in oom] == [("gpu1",)]
+    assert all("{host}" not in c.statement and "gpu1" in c.statement for c in oom[0].conclusions
+               if c.kind == "oom_kill")
+
+
 @pytest.mark.parametrize("carried", [True, False])
 def test_events_take_their_records_final_times_over_many_spilled_parts(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch,
@@ -343,7 +374,8 @@ def test_final_events_of_unlike_parts_are_retimed_from_the_records_file(tmp_path
 
     t0, t1 = (datetime(2025, 5, 25, h, tzinfo=timezone.utc) for h in (1, 2))
     records_file = tmp_path / "records.parquet"
-    pl.DataFrame({"line": [1, 2], "ts": [t0, t1], "ts_source": ["exact", "exact"]}).write_parquet(records_file)
+    pl.DataFrame({"line": [1, 2], "ts": [t0, t1], "ts_source": ["exact", "exact"],
+                  "host": ["h1", None]}).write_parquet(records_file)
 
     def event(line: int) -> pl.DataFrame:
         return pl.concat([empty_events(), pl.DataFrame({"line": [line], "kind": ["k"], "source_id": ["tmp"]})],
@@ -355,4 +387,4 @@ def test_final_events_of_unlike_parts_are_retimed_from_the_records_file(tmp_path
     out = pipeline._final_events([a, b], records_file, "sid", []).collect()
     assert out.columns == list(EVENT_SCHEMA)
     assert out["line"].to_list() == [1, 2] and out["ts"].to_list() == [t0, t1]
-    assert out["source_id"].to_list() == ["sid", "sid"]
+    assert out["source_id"].to_list() == ["sid", "sid"] and out["host"].to_list() == ["h1", None]
