@@ -87,3 +87,13 @@ def test_statements_leave_no_placeholder_on_their_own_fixtures() -> None:
                 if hit.rules[0] == c.id:
                     assert "{" not in hit.conclusion.statement or fx.description.startswith("The seed"), \
                         (c.id, f, hit.conclusion.statement)
+
+
+def test_a_gpu_lost_twice_is_one_conclusion() -> None:
+    """The driver reports a GPU that fell off the bus twice (`Xid 79`, then `GPU ...: GPU has fallen off the
+    bus.`): one conclusion, blaming the first line and explaining the second (there were two, word for word)."""
+    found = fired(_found("xid_fallen_off_bus_twice.yaml"), "xid.fallen_off_bus")
+    assert len(found) == 1, [f.conclusion.cause_event for f in found]
+    c = found[0].conclusion
+    assert c.cause_event.endswith(":nvidia.xid79")
+    assert any(x.endswith(":nvidia.fallen_off_bus") for x in c.explains)
