@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from .correlate import EventView, Location, evidence_of, fill, template_names
+from .correlate import EventView, Location, evidence_of, fill, fill_prose, template_names
 from .correlate import _Reader as _NodeReader
 from .model import Flag, ServerConfig
 
@@ -440,7 +440,7 @@ def enricher(kn: Knowledge) -> Callable[[str, dict[str, Any], str], dict[str, An
                 out["constraint"] = norm
                 text = kn.constraint(norm)
                 if text:
-                    out["constraint_text"] = fill(text, out)
+                    out["constraint_text"] = fill_prose(text, out)
             elif kind == "oom_kill":
                 out.setdefault("constraint_text", "not shown in the ingested lines (the kernel's `oom-kill:constraint=` "
                                                   "summary line would say whether it was global or a cgroup limit)")

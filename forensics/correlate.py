@@ -262,6 +262,23 @@ def fill(template: str, values: Mapping[str, Any]) -> str:
     return out if "\n" in template else re.sub(r" {2,}", " ", out).strip()
 
 
+_ASIDE = re.compile(r" ?\(([^()]*)\)")
+
+
+def fill_prose(template: str, values: Mapping[str, Any]) -> str:
+    """`fill` for sentences: a parenthesised aside that names a placeholder with no value is left out (`a memory
+    cgroup limit ({cgroup})` when the report names no cgroup reads `a memory cgroup limit`, not `... ({cgroup})`).
+    Commands keep every placeholder (`fill`): the reader fills them."""
+    def keep(m: re.Match) -> str:
+        try:
+            names = template_names(m.group(1))
+        except ValueError:  # not a template: kept as written
+            return m.group(0)
+        return "" if any(_lookup(values, n) is None for n in names) else m.group(0)
+
+    return fill(_ASIDE.sub(keep, template), values)
+
+
 def _fill(template: str, values: Mapping[str, Any]) -> str:
     try:
         parts = list(string.Formatter().parse(template))
@@ -1656,7 +1673,7 @@ def _finding(m: Match) -> Finding:
     ev_for = [evidence_of(cause, f"{c.cause}: {cause.title or cause.kind}"
                           + (" (what it shows needs explaining; the cause is not in the logs)" if c.suspected else ""))]
     ev_for += [evidence_of(e, f"{step_of[e.seq]}: {e.title or e.kind}") for e in others]
-    ev_against = [evidence_of(e, fill(ag.note, text) if ag.note else f"{ag.name}: {e.title or e.kind}")
+    ev_against = [evidence_of(e, fill_prose(ag.note, text) if ag.note else f"{ag.name}: {e.title or e.kind}")
                   for ag, e in m.against]
     confidence = c.confidence
     if m.against and c.downgrade is not None and _rank(c.downgrade) > _rank(confidence):
@@ -1676,12 +1693,12 @@ def _finding(m: Match) -> Finding:
             roles += [(e.id, r) for e in m.events(name)]
     steps = tuple(dict.fromkeys(fill(s, vals) for s in c.next_steps))
     concl = Conclusion(
-        rule=c.id, kind=c.kind or cause.kind, confidence=confidence, statement=fill(c.statement, text),
+        rule=c.id, kind=c.kind or cause.kind, confidence=confidence, statement=fill_prose(c.statement, text),
         cause_event=None if c.suspected else cause.id, explains=tuple(dict.fromkeys(e.id for e in explained)),
         evidence_for=tuple(ev_for), evidence_against=tuple(ev_against),
-        alternatives=tuple(fill(a, text) for a in c.alternatives), next_steps=steps,
+        alternatives=tuple(fill_prose(a, text) for a in c.alternatives), next_steps=steps,
         unit=vals["unit"])
-    return Finding(conclusion=concl, headline=fill(c.headline, text) if c.headline else c.title,
+    return Finding(conclusion=concl, headline=fill_prose(c.headline, text) if c.headline else c.title,
                    anchor=m.anchor.id, priority=c.priority, roles=tuple(roles),
                    event_ids=tuple(e.id for e in evs), rules=(c.id,),
                    t=cause.t if cause.t is not None else m.anchor.t)
@@ -1782,7 +1799,7 @@ def resolve(matches: Sequence[Match]) -> list[Finding]:
             index(len(primaries) - 1, f.conclusion)
             continue
         pm, pf = primaries[target]
-        primaries[target] = (pm, _fold_into(pf, f, fill(m.correlation.fold_statement, _prose(_values(m)))
+        primaries[target] = (pm, _fold_into(pf, f, fill_prose(m.correlation.fold_statement, _prose(_values(m)))
                                             if m.correlation.fold_statement else ""))
         index(target, primaries[target][1].conclusion)
     out = [f for _, f in primaries]

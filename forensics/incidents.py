@@ -44,6 +44,7 @@ from .correlate import (
     correlate_views,
     evidence_of,
     fill,
+    fill_prose,
     fmt_when,
     iso,
     kernel_window,
@@ -531,7 +532,7 @@ class _Explainer:
                          "ts": iso(e.ts), "path": e.path, "line": e.line, "rank": e.entities.get("rank"),
                          "rule": e.rule, "kind": e.kind,
                          "port": (ports or {}).get(e.entities.get("unit"), SGLANG_DEFAULT_PORT)})
-            explain = fill(rule_explain, vals)
+            explain = fill_prose(rule_explain, vals)
             steps = tuple(fill(s, vals) for s in rule_steps)
         pid = e.entities.get("pid")
         return Event(id=e.id, ts=iso(e.ts), ts_source=e.ts_source, kind=e.kind, rule=e.rule, severity=e.severity,

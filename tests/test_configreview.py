@@ -101,6 +101,11 @@ def test_enricher_derives_fields() -> None:
     assert f["constraint"] == "memcg" and "/system.slice/x.service" in f["constraint_text"]
     f = enrich("oom_kill", {}, "")
     assert "not shown in the ingested lines" in f["constraint_text"]
+    # `Memory cgroup out of memory: Killed process ...` without the `oom-kill:constraint=` line: a cgroup limit,
+    # but which cgroup the report does not say (the aside naming it is left out, not printed as `{cgroup}`)
+    f = enrich("oom_kill", {"prefix": "Memory cgroup out of memory"}, "")
+    assert f["constraint"] == "memcg" and f["constraint_text"].startswith("a memory cgroup limit: the cgroup")
+    assert "{" not in f["constraint_text"]
     f = enrich("gpu_xid", {"xid": 79}, "")
     assert "fallen off the bus" in f["xid_meaning"]
     f = enrich("server_config", {"flags": {"--mem-fraction-static": "0.9"}}, "")

@@ -21,6 +21,7 @@ from forensics.correlate import (
     Timeline,
     correlate_views,
     fill,
+    fill_prose,
     match_at,
     views,
 )
@@ -236,3 +237,14 @@ def test_a_host_the_events_do_not_name_reads_unknown_host_in_prose_only() -> Non
     named = [{**r, "host": "gpu7"} for r in rows]
     (g,) = [f for f in correlate_views(views(frame(named)), [c], Coverage([])) if "t.c" in f.rules]
     assert g.headline == "xid on gpu7" and g.conclusion.next_steps == ("ssh gpu7 nvidia-smi -q",)
+
+
+def test_prose_leaves_out_an_aside_whose_value_is_missing() -> None:
+    """A sentence drops a parenthesised aside naming a value the events lack (it printed `({cgroup})`); a value
+    outside an aside stays visible, as `fill` leaves it, and commands use `fill`."""
+    t = "a memory cgroup limit ({cgroup}): killed {oom.pid} (of {oom.process}, {oom.uid}) (and swap)."
+    assert fill_prose(t, {"oom": {"pid": 7, "process": "python3"}}) == "a memory cgroup limit: killed 7 (and swap)."
+    full = {"cgroup": "/system.slice/a.service", "oom": {"pid": 7, "process": "python3", "uid": 0}}
+    assert fill_prose(t, full) == fill(t, full) == \
+        "a memory cgroup limit (/system.slice/a.service): killed 7 (of python3, 0) (and swap)."
+    assert fill_prose("on {host} ({x y})", {}) == "on {host} ({x y})"
