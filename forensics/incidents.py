@@ -143,6 +143,14 @@ def _record_hosts(profiles: Sequence) -> pl.DataFrame:
     return pl.concat([*out, pl.DataFrame(schema=schema)], how="vertical_relaxed")
 
 
+def _one_host_files(rec: pl.DataFrame) -> dict[str, str]:
+    """path -> host for the files (`_record_hosts`) that name exactly one host and no host on some records."""
+    by = rec.group_by("path").agg(pl.col("host").drop_nulls().unique().alias("hosts"),
+                                  pl.col("host").is_null().any().alias("none"))
+    one = by.filter(pl.col("none") & (pl.col("hosts").list.len() == 1))
+    return dict(zip(one["path"].to_list(), one["hosts"].list.first().to_list()))
+
+
 def _record_tables(profiles: Sequence) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(spans per source/host/class/unit, units named by each source's systemd lines), from each source's
     profile: its records counted per (source, path, host, ident, unit, format); the class of log is given to
@@ -188,8 +196,9 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
 
     kept_tables = record_tables(store, tables, _CODE)
     rec = kept_tables.hosts
-    ev_hosts, ev_units = pl.collect_all([raw.select(pl.col("host").unique()),
-                                         raw.select(pl.col("unit").drop_nulls().unique())])
+    ev_hosts, ev_units, ev_hostless = pl.collect_all([
+        raw.select(pl.col("host").unique()), raw.select(pl.col("unit").drop_nulls().unique()),
+        raw.filter(pl.col("host").is_null()).select(pl.col("path").unique())])
     assumptions: list[tuple[str, Gap]] = []
     # -- hosts: one host in the store fills the files that name none; several: each such file is its own
     hosts = sorted({h for h in rec["host"].to_list() if h} | {h for h in ev_hosts["host"].to_list() if h}
@@ -206,8 +215,18 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
                                            "store.", commands=())))
     else:
         pseudo = {p: f"unknown host ({PurePath(p).name})" for p in hostless}
-        fill_host = pl.coalesce(pl.col("host"), pl.col("path").replace_strict(pseudo, default=None,
+        # a file that names one host, and none on some records (a `systemctl status` paste's untimed lines, a
+        # dmesg's boots left unanchored): those records are that host's
+        own = _one_host_files(rec)
+        hostless_events = set(ev_hostless["path"].to_list())
+        fill_host = pl.coalesce(pl.col("host"), pl.col("path").replace_strict({**own, **pseudo}, default=None,
                                                                                return_dtype=pl.String))
+        for p, h in sorted(own.items()):
+            if p not in hostless_events:  # only their events' host is told (a journal's `-- Boot --` lines have none)
+                continue
+            assumptions.append((p, Gap(what=f"The host of the records of {p} that name none",
+                                       why=f"{p} names {h} on its other records and no host on these; they are "
+                                           f"taken to be {h}'s.", commands=())))
         for p in hostless:
             assumptions.append((p, Gap(what=f"Which host {p} came from",
                                        why=(f"{p} names no host and the store holds several ({', '.join(hosts)}), so "

@@ -327,3 +327,18 @@ def test_next_steps_name_the_port_the_units_configuration_gives(tmp_path: Path, 
     assert all(any(want in s for s in e.next_steps) for e in ready), [e.next_steps for e in ready]
     if port is None:
         assert all(f.name != "--port" for c in inc.configs for f in c.flags)
+
+
+def test_a_file_naming_one_host_gives_it_to_its_lines_that_name_none(tmp_path: Path) -> None:
+    """A `systemctl status` paste from gpu-node-1 (its journal lines name the host, its `Main PID: ... signal=KILL`
+    line names none), in a store that also holds another host: the untimed kill is gpu-node-1's (it was an undated
+    `unknown host` incident of its own), and the report says so among its assumptions."""
+    paste = ROOT / "samples" / "formats" / "systemctl-status.log"
+    other = tmp_path / "other.log"
+    other.write_text("May 25 20:10:00 gpu-node-9 app[7]: hello\nMay 25 20:11:00 gpu-node-9 app[7]: bye\n")
+    store = _ingest(tmp_path / "s", str(paste), str(other), year=2025)
+    incs = [incident_json(i) for i in build_incidents(store)]
+    assert not [i["id"] for i in incs if "unknown" in i["id"]]
+    mine = [i for i in incs if any(e["path"].endswith("systemctl-status.log") and e["line"] == 9 for e in i["events"])]
+    assert [i["hosts"] for i in mine] == [["gpu-node-1"]]
+    assert any("names gpu-node-1 on its other records" in g["why"] for g in mine[0]["gaps"])
