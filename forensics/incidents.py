@@ -229,8 +229,9 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
                                            f"taken to be {h}'s.", commands=())))
         for p in hostless:
             assumptions.append((p, Gap(what=f"Which host {p} came from",
-                                       why=(f"{p} names no host and the store holds several ({', '.join(hosts)}), so "
-                                            "its events are kept apart and cannot be joined with another host's."),
+                                       why=(f"{p} names no host and the store holds {len(hosts)} hosts (`forensics "
+                                            "sources` lists them), so its events are kept apart and cannot be joined "
+                                            "with another host's."),
                                        commands=(f"forensics ingest --host HOST --force {p}",))))
     if single and hostless:
         assumptions = [(p, Gap(what="The host of " + (hostless[0] if len(hostless) == 1 else

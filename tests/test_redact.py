@@ -120,3 +120,31 @@ def test_bad_map_file(tmp_path: Path) -> None:
     bad.write_text('{"version": 1, "map": {"planet": {}}}')
     with pytest.raises(ValueError, match="unknown kind"):
         RedactionMap.load(bad)
+
+
+def test_a_redacted_report_names_no_host_of_other_incidents(tmp_path: Path) -> None:
+    """The incident of a file that names no host, in a store of several: its gaps said which hosts the store holds
+    (`... holds several (gpu-a1, gpu-b2)`), names the report's own data never gave the redactor to learn, so
+    `--redact` let them through. They are counted, not named."""
+    from click.testing import CliRunner
+
+    from forensics.cli import main
+
+    root = Path(__file__).resolve().parent.parent
+    logs = []
+    for h in ("gpu-a1", "gpu-b2"):
+        p = tmp_path / f"{h}.log"
+        p.write_text(f"May 20 09:00:00 {h} app[7]: hello\nMay 20 09:01:00 {h} app[7]: bye\n")
+        logs.append(str(p))
+    store = str(tmp_path / "s")
+    r = CliRunner().invoke(main, ["--store", store, "ingest", "--year", "2025",
+                                  str(root / "samples" / "formats" / "sglang.log"), *logs])
+    assert r.exit_code == 0, r.output
+    for fmt in ("md", "json"):
+        out = tmp_path / f"r.{fmt}"
+        r = CliRunner().invoke(main, ["--store", store, "report", "--incident", "2025-05-20", "--redact",
+                                      "--format", fmt, "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        text = out.read_text()
+        assert "names no host and the store holds 2 hosts" in text.replace("\\n", " ")
+        assert "gpu-a1" not in text and "gpu-b2" not in text
