@@ -215,6 +215,7 @@ def test_hard_cut_closes_fences() -> None:
     text = render_report([inc], "md", replace(OPTS, max_chars=4_000))
     assert len(text) <= 4_000
     assert "the report is cut here" in text and "--max-chars 0" in text
+    assert "the rest left out to fit 4,000 characters. For everything, run" in text  # one sentence, not two joined
     opened = 0
     for line in text.split("\n"):
         if re.match(r"^`{3,}", line):

@@ -20,11 +20,11 @@ from forensics.render.view import IncidentView, KeyLine, ReportView, TimelineRow
 T = TypeVar("T", TimelineRow, KeyLine)
 
 
-def trim_note(view: ReportView, limit: int) -> str:
+def trim_note(view: ReportView, limit: int, what: str = "the report is trimmed") -> str:
     rerun = "run the same `forensics report` command with `--max-chars 0`"
     if view.single and not view.redacted:
         rerun = f"run `forensics report --incident {view.incidents[0].id} --max-chars 0`"
-    return f"the report is trimmed to fit {limit:,} characters. For everything, {rerun} (or use `--format html`)."
+    return f"{what} to fit {limit:,} characters. For everything, {rerun} (or use `--format html`)."
 
 
 def _priority(row: TimelineRow | KeyLine) -> int:
@@ -154,5 +154,5 @@ def fit(view: ReportView, render: Render, limit: int) -> str:
                     no_excerpts[0] if no_excerpts else None)
     if best is not None:
         return best
-    note = ("Trimmed: the report is cut here and the rest left out, " + trim_note(view, limit))
+    note = trim_note(view, limit, "Trimmed: the report is cut here and the rest left out")
     return _hard_cut(render(_limit(view, 0, 0, limit), limit)[0], limit, note)
