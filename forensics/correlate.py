@@ -69,8 +69,8 @@ COVERAGE_LOGS = ("kernel", "unit_output")
 COVERAGE_STATES = ("present", "missing")
 ROLE_NAMES = ("cause", "symptom", "context")
 CONFIDENCE_ORDER = (Confidence.CONFIRMED, Confidence.LIKELY, Confidence.POSSIBLE, Confidence.INCONCLUSIVE)
-# names every template may use besides the step names
 UNKNOWN_HOST = "unknown host"   # the incidents of events that name no host, and such a host in a statement
+# names every template may use besides the step names
 STANDARD_NAMES = ("host", "unit", "since", "until", "coverage", "anchor", "cause", "window_start", "window_end")
 
 PACK_KEYS = ("pack", "description", "correlations")

@@ -35,6 +35,7 @@ from . import profile
 from .configreview import Knowledge, enricher, load_knowledge, review_configs
 from .correlate import (
     KERNEL_KINDS,
+    UNKNOWN_HOST,
     Correlation,
     Coverage,
     EventView,
@@ -56,7 +57,6 @@ from .correlate_store import (
     EventSource,
     correlation_kinds,
     fold_copies,
-    UNKNOWN_HOST,
     host_local,
     narrow_cache,
     part_expr,

@@ -95,21 +95,7 @@ def ingest(store: Store, inputs: list[str], opts: IngestOptions,
     # the packs are loaded (every pattern compiled and checked: 0.3 s) while the inputs are detected
     with ThreadPoolExecutor(1, thread_name_prefix="rules") as loading:
         rules_loaded = loading.submit(_load_rules, opts)
-        sources, errors = expand(inputs)
-        report.errors.extend(errors)
-        planned: list[tuple[Source, Detection]] = []
-        for src in sources:
-            try:
-                kind = binary_kind(head_bytes(src, 64 << 10))
-                if kind and not opts.fmt:
-                    raise SourceError(f"{src.display}: not a text log ({kind}); nothing ingested from it. If it "
-                                      f"really is a log, force a format with --format")
-                sample = _sample_lines(src)
-                planned.append((src, detect(sample, src.display, forced=opts.fmt)))
-            except SourceError as e:
-                report.results.append(SourceResult(src.display, "failed", error=str(e)))
-        # full-date sources first: their dates anchor the year of year-less sources of the same host
-        planned.sort(key=lambda p: (_needs_year(p[1]), sources.index(p[0])))
+        planned = _plan(inputs, opts, report)
         rules = rules_loaded.result()  # a pack's error is raised here, before any source streams
 
     def one(item: tuple[Source, Detection], dated: DatedWait | None = None) -> SourceResult:
@@ -134,6 +120,26 @@ def ingest(store: Store, inputs: list[str], opts: IngestOptions,
                 warm_profile(store, r.entry.source_id)
     store.settle()  # the staged parts, deleted meanwhile on a thread of their own
     return report
+
+
+def _plan(inputs: list[str], opts: IngestOptions, report: IngestReport) -> list[tuple[Source, Detection]]:
+    """The inputs as sources with their detected formats, full-date sources first (their dates anchor the year of
+    year-less sources of the same host); what cannot be opened or is not text goes to `report`."""
+    sources, errors = expand(inputs)
+    report.errors.extend(errors)
+    planned: list[tuple[Source, Detection]] = []
+    for src in sources:
+        try:
+            kind = binary_kind(head_bytes(src, 64 << 10))
+            if kind and not opts.fmt:
+                raise SourceError(f"{src.display}: not a text log ({kind}); nothing ingested from it. If it "
+                                  f"really is a log, force a format with --format")
+            sample = _sample_lines(src)
+            planned.append((src, detect(sample, src.display, forced=opts.fmt)))
+        except SourceError as e:
+            report.results.append(SourceResult(src.display, "failed", error=str(e)))
+    planned.sort(key=lambda p: (_needs_year(p[1]), sources.index(p[0])))
+    return planned
 
 
 DatedWait = Callable[[], dict[str, YearAnchor]]
