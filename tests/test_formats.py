@@ -67,7 +67,7 @@ def test_a_journal_traceback_is_one_record_of_consecutive_lines() -> None:
 
 
 @pytest.mark.parametrize("name", ["journal-json-sse", "journal-json-pretty", "journal-json-seq", "journal-json",
-                                  "journal-verbose"])
+                                  "journal-verbose", "journal-export"])
 def test_structured_batches_cut_anywhere_give_the_same_records(name: str) -> None:
     """A batch may end anywhere in a structured source (in a pretty object, between a json-sse event and the blank
     line that ends it): the records of all the cuts are those of parsing it whole."""
@@ -103,3 +103,48 @@ def test_journal_verbose_entries() -> None:
     assert recs["message"][1].startswith("<MESSAGE [97B blob data] not printed") and recs["ident"][1] == "python3"
     assert recs["message"][2] == "<entry without a MESSAGE field>"
     assert list(zip(recs["line"], recs["line_end"])) == [(1, 6), (7, 10), (11, 12)]
+
+
+def test_journal_export_entries(tmp_path: Path) -> None:
+    """-o export: text fields as `NAME=value`; a binary value (ANSI colours, several lines) as `NAME`, its 64-bit
+    length and its bytes, read the same from text and from a file (whose reader turns NUL bytes into U+FFFD); a
+    length whose low byte is a newline (a blank line after the name) does not end the entry; an entry without
+    MESSAGE says so; a line outside every entry is a `text` record of its own."""
+    import struct
+
+    from forensics.formats.journal_export import binary_value
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    def blob(name: str, raw: bytes) -> bytes:
+        return name.encode() + b"\n" + struct.pack("<Q", len(raw)) + raw + b"\n"
+
+    head = b"__CURSOR=s=ab;i=%d;b=cd;m=1;t=2;x=3\n__REALTIME_TIMESTAMP=17482042390000%02d\n_BOOT_ID=cd34\n"
+    data = (b"$ journalctl -u sglang -o export\n"
+            + head % (1, 0) + b"_HOSTNAME=gpu-node-1\nSYSLOG_IDENTIFIER=systemd\n_PID=1\nUNIT=sglang.service\n"
+            + b"MESSAGE=sglang.service: Main process exited, code=killed, status=9/KILL\n\n"
+            + head % (2, 1) + b"_HOSTNAME=gpu-node-1\n_COMM=python3\n_PID=48213\n"
+            + blob("MESSAGE", b"Traceback (most recent call last):\n  File \"x.py\", line 1\n\nRuntimeError: boom")
+            + b"PRIORITY=3\n\n"
+            + head % (3, 2) + blob("MESSAGE", b"\x1b[2K\rready") + b"_HOSTNAME=gpu-node-1\n\n"
+            + head % (4, 3) + b"_HOSTNAME=gpu-node-1\n\n")
+    recs = parse_text(data.decode(), path="e.log").sort("line")
+    assert recs["format"].to_list() == ["text", "journal-export", "journal-export", "journal-export", "journal-export"]
+    assert recs["message"][0] == "$ journalctl -u sglang -o export" and recs["ts"][0] is None
+    assert recs.select("host", "ident", "pid", "unit").row(1) == ("gpu-node-1", "systemd", 1, "sglang.service")
+    assert recs["ts"][1].isoformat() == "2025-05-25T20:17:19+00:00" and recs["ts_source"][1] == "exact"
+    assert recs["message"][2] == 'Traceback (most recent call last):\n  File "x.py", line 1\n\nRuntimeError: boom'
+    assert recs["level"][2] == "err" and recs["ident"][2] == "python3"
+    assert recs["message"][3] == "\x1b[2K\rready" and recs["host"][3] == "gpu-node-1"
+    assert recs["message"][4] == "<entry without a MESSAGE field>"
+    assert list(zip(recs["line"], recs["line_end"])) == [(1, 1), (2, 10), (11, 23), (24, 31), (32, 36)]
+    # a length of two bytes that read as one UTF-8 character (0xC3 0x85: 34,243 bytes) is still 8 bytes long
+    assert binary_value("\u00c5\x00\x00\x00\x00\x00\x00value") == "value"
+    assert binary_value("\n" + "\ufffd" * 7 + "ten bytes!") == "ten bytes!"
+    # from a file: the NUL bytes of the lengths become U+FFFD, the records are the same
+    (tmp_path / "e.log").write_bytes(data)
+    store = Store(tmp_path / "st")
+    ingest(store, [str(tmp_path / "e.log")], IngestOptions())
+    got = pl.read_parquet(store.records_file(store.sources()[0].source_id)).sort("line")
+    assert got["message"].to_list() == recs["message"].to_list()
+    assert got["format"].to_list() == recs["format"].to_list()

@@ -12,6 +12,7 @@ from . import (
     generic,
     generic_syslog,
     glog,
+    journal_export,
     journal_json,
     journal_short,
     journal_short_delta,
@@ -46,6 +47,7 @@ _ALL: tuple[LineFormat, ...] = (
     journal_short_unix.FORMAT,
     *journal_json.FORMATS,
     journal_verbose.FORMAT,
+    journal_export.FORMAT,
     systemctl_status.FORMAT,
     unit_file.FORMAT,
     systemctl_is_active.FORMAT,
@@ -74,7 +76,7 @@ JOURNAL_TEXT = frozenset({
     "syslog", "syslog-rfc3339",
 })
 JOURNAL_ALL = JOURNAL_TEXT | {"journal-json", "journal-json-pretty", "journal-json-seq", "journal-json-sse",
-                              "journal-verbose"}
+                              "journal-verbose", "journal-export"}
 DMESG = frozenset({"dmesg", "dmesg-prio", "dmesg-decode", "dmesg-ctime", "dmesg-iso"})
 
 __all__ = ["FORMATS", "TEXT", "JOURNAL_TEXT", "JOURNAL_ALL", "DMESG", "LineFormat", "StructuredFormat", "Stamp",

@@ -57,13 +57,23 @@ def entry_columns() -> list[pl.Expr]:
 
 def records_from_objects(objs: pl.DataFrame) -> pl.DataFrame:
     """Frame of (`line`, `line_end`, `obj` JSON text) -> records (without source columns)."""
-    names = ("MESSAGE", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_SOURCE_MONOTONIC_TIMESTAMP", "_BOOT_ID",
-             *ENTRY_FIELDS)
-    df = objs.with_columns(_field(n).alias(n) for n in names)  # each field read once
+    df = objs.with_columns(_field(n).alias(n) for n in RECORD_FIELDS)  # each field read once
     needs_decode = df["MESSAGE"].is_null() | df["MESSAGE"].str.starts_with("[")
     if needs_decode.any():
         fixed = [_decode_message(v) if bad else v for v, bad in zip(df["MESSAGE"].to_list(), needs_decode.to_list())]
         df = df.with_columns(pl.Series("MESSAGE", fixed, dtype=pl.String))
+    return records_from_fields(df)
+
+
+# the fields a record is made of, whatever the serialisation (JSON, export)
+RECORD_FIELDS = ("MESSAGE", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_SOURCE_MONOTONIC_TIMESTAMP", "_BOOT_ID",
+                 *ENTRY_FIELDS)
+
+
+def records_from_fields(df: pl.DataFrame) -> pl.DataFrame:
+    """Frame of (`line`, `line_end`, one String column per RECORD_FIELDS name) -> records (without source
+    columns): the time is `__REALTIME_TIMESTAMP` (µs since the epoch); a kernel entry's monotonic time is its
+    printk stamp (`_SOURCE_MONOTONIC_TIMESTAMP`)."""
     rt = pl.col("__REALTIME_TIMESTAMP").cast(pl.Int64, strict=False)
     mono_us = (pl.when((pl.col("_TRANSPORT") == "kernel") & pl.col("_SOURCE_MONOTONIC_TIMESTAMP").is_not_null())
                .then(pl.col("_SOURCE_MONOTONIC_TIMESTAMP")).otherwise(pl.col("__MONOTONIC_TIMESTAMP")))
