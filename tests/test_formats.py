@@ -148,3 +148,33 @@ def test_journal_export_entries(tmp_path: Path) -> None:
     got = pl.read_parquet(store.records_file(store.sources()[0].source_id)).sort("line")
     assert got["message"].to_list() == recs["message"].to_list()
     assert got["format"].to_list() == recs["format"].to_list()
+
+
+@pytest.mark.parametrize(("fmt", "stamp"), [
+    ("journal-short", "May 25 20:17:19"), ("journal-short-precise", "May 25 20:17:19.402310"),
+    ("journal-short-iso", "2025-05-25T20:17:19+00:00"), ("journal-short-iso-precise", "2025-05-25T20:17:19.402310+00:00"),
+    ("journal-short-full", "Sun 2025-05-25 20:17:19 UTC"), ("journal-short-unix", "1748204239.402310")])
+def test_journalctl_no_hostname(fmt: str, stamp: str) -> None:
+    """`journalctl --no-hostname` leaves the host out: the first word after the stamp is the identifier (a host
+    name holds no `:`, `[` or `]`), not a host named `systemd[1]:` with the message's first word as identifier."""
+    text = "\n".join([
+        f"{stamp} systemd[1]: sglang.service: Main process exited, code=killed, status=9/KILL",
+        f"{stamp} kernel: Out of memory: Killed process 48213 (python3) total-vm:1kB, anon-rss:2kB, file-rss:0kB",
+        f"{stamp} python3[48213]: [2025-05-25 20:17:19] INFO: ok",
+        f"{stamp} gpu-node-1 systemd[1]: sglang.service: Failed with result 'signal'."]) + "\n"
+    assert detect(pl.Series(text.split("\n")), "j.log").primary == fmt
+    recs = parse_text(text, path="j.log", year=2025).sort("line")
+    assert recs["format"].to_list() == [fmt] * 4
+    assert recs.select("host", "ident", "pid").rows() == [(None, "systemd", 1), (None, "kernel", None),
+                                                          (None, "python3", 48213), ("gpu-node-1", "systemd", 1)]
+    assert recs["message"][0] == "sglang.service: Main process exited, code=killed, status=9/KILL"
+    assert recs["message"][1].startswith("Out of memory: Killed process 48213")
+
+
+def test_journalctl_with_unit_no_hostname() -> None:
+    text = ("Sun 2025-05-25 20:17:19 UTC init.scope[1]: sglang.service: Main process exited, code=killed, status=9/KILL\n"
+            "Sun 2025-05-25 20:17:19 UTC sglang.service[48213]: [2025-05-25 20:17:19] INFO: ok\n")
+    assert detect(pl.Series(text.split("\n")), "j.log").primary == "journal-with-unit"
+    recs = parse_text(text, path="j.log").sort("line")
+    assert recs.select("host", "unit", "pid").rows() == [(None, "init.scope", 1), (None, "sglang.service", 48213)]
+    assert recs["message"][0].startswith("sglang.service: Main process exited")

@@ -5,8 +5,8 @@ from .base import LineFormat, Stamp
 FORMAT = LineFormat(
     name='journal-short',
     description='journalctl -o short (the default): `May 25 20:17:19 host ident[pid]: msg`; no year, no zone',
-    pattern='^(?P<stamp>(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\\d{1,2}) (?P<time>\\d{2}:\\d{2}:\\d{2})) (?P<host>\\S+) (?P<ident>[^\\s\\[]*?[^\\s\\[:])(?:\\[(?P<pid>\\d+)\\])?:(?: |$)(?P<msg>.*)$',
-    fast_pattern='^(?P<_head>(?P<stamp>(?P<mon>J(?:an|u[nl])|Feb|Ma[ry]|A(?:pr|ug)|Sep|Oct|Nov|Dec) +(?P<day>[0-9][0-9]?) (?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})) (?P<host>\\S+) (?P<ident>[^\\s\\[:]+)(?:\\[(?P<pid>[0-9]+)\\])?:(?: |$))',
+    pattern='^(?P<stamp>(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\\d{1,2}) (?P<time>\\d{2}:\\d{2}:\\d{2})) (?:(?P<host>[^\\s\\[\\]:]+) )?(?P<ident>[^\\s\\[]*?[^\\s\\[:])(?:\\[(?P<pid>\\d+)\\])?:(?: |$)(?P<msg>.*)$',
+    fast_pattern='^(?P<_head>(?P<stamp>(?P<mon>J(?:an|u[nl])|Feb|Ma[ry]|A(?:pr|ug)|Sep|Oct|Nov|Dec) +(?P<day>[0-9][0-9]?) (?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})) (?P<host>[^\\s\\[\\]:]+) (?P<ident>[^\\s\\[:]+)(?:\\[(?P<pid>[0-9]+)\\])?:(?: |$))',
     stamp=Stamp.SYSLOG_NOYEAR,
     priority=20,
     example='May 25 20:17:19 dflash-train systemd[1]: sglang-k26-eagle3.service: Main process exited, code=killed, status=9/KILL',
