@@ -14,6 +14,9 @@ UNIT_PREFIX = r"^([\w@.\-:\\]+\.(?:service|scope|slice|socket|timer|mount|target
 SGLANG_IN_MSG = r"^\[(\d{4}-\d{2}-\d{2}) \d{2}:\d{2}:\d{2}(?:\.\d+)?((?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+)*)\] "
 NEW_RECORD = (r"^(\[\d{4}-\d{2}-\d{2} |\[rank\d+\]:|\[?[IWEF]\d{4} \d|INFO:|WARNING:|ERROR:|DEBUG:|CRITICAL:|"
               r"Traceback \(most recent call last\):|Exception raised from )")
+# the kernel's own stamp (seconds since boot) that rsyslog's imklog keeps at the head of a kernel message in
+# /var/log/kern.log and /var/log/syslog (its `ParseKernelTimestamp` is off by default): `kernel: [ 8123.356789] ...`
+KERNEL_STAMP = r"^\[\s*(\d{1,10}\.\d{1,9})\] ?"
 BLOCK_START = r"Traceback \(most recent call last\):|^Exception raised from "
 BLOCK_LITERALS = ["Traceback (most recent call last):", "Exception raised from "]
 # one cached regex (`str.contains_any` builds its automaton again on every batch)
@@ -31,12 +34,33 @@ def normalise_batch(recs: pl.DataFrame) -> pl.DataFrame:
     timed_kinds = ["exact", "zone_assumed", "year_inferred"]
     recs = recs.with_columns(pl.when(pl.col("ts").is_null() & pl.col("ts_source").is_in(timed_kinds))
                              .then(pl.lit("none")).otherwise(pl.col("ts_source")).alias("ts_source"))
+    recs = _kernel_stamps(recs)
     msg = pl.col("message")
     recs = _fill(recs, "unit", pl.col("ident").str.starts_with("systemd").fill_null(False) & pl.col("unit").is_null(),
                  msg.str.extract(UNIT_PREFIX, 1))
     recs = _fill(recs, "rank", msg.str.starts_with("[").fill_null(False) & pl.col("rank").is_null(),
                  msg.str.extract(SGLANG_IN_MSG, 2).str.strip_chars().replace("", None))
     return _merge_journal_blocks(recs)
+
+
+def _kernel_stamps(recs: pl.DataFrame) -> pl.DataFrame:
+    """A kernel line a syslog daemon wrote with the kernel's own stamp (`kernel: [ 8123.356789] NVRM: Xid ...`):
+    the stamp becomes the record's `mono` (seconds since boot) and the message is the kernel's, as dmesg and the
+    journal give it, so that the kernel rules read it and a dmesg of the same boot can be anchored to it."""
+    if "ident" not in recs.columns or "mono" not in recs.columns:
+        return recs
+    mask = ((pl.col("ident") == "kernel") & pl.col("mono").is_null()
+            & pl.col("message").str.starts_with("[")).fill_null(False)
+    idx = recs.select(mask.arg_true().alias("i"))["i"]
+    if idx.len() == 0:
+        return recs
+    got = recs[idx].select(pl.col("message").str.extract(KERNEL_STAMP, 1).cast(pl.Float64, strict=False).alias("m"),
+                           pl.col("message").str.replace(KERNEL_STAMP, "").alias("msg"))
+    keep = got["m"].is_not_null()
+    if not keep.any():
+        return recs
+    idx, got = idx.filter(keep), got.filter(keep)
+    return recs.with_columns(recs["mono"].scatter(idx, got["m"]), recs["message"].scatter(idx, got["msg"]))
 
 
 def _outside_years(recs: pl.DataFrame) -> pl.DataFrame:

@@ -180,6 +180,38 @@ def test_dmesg_anchored_by_pairing_with_the_journal(tmp_path: Path) -> None:
     assert abs(d["ts"][2].timestamp() - (boot + 44238.512345)) <= 1.0
 
 
+def test_kern_log_kernel_stamps_are_read_and_anchor_dmesg(tmp_path: Path) -> None:
+    """/var/log/kern.log as rsyslog writes it keeps the kernel's own stamp in the message (`kernel: [ 8123.356789]
+    NVRM: ...`): the stamp is the record's `mono`, the message is the kernel's, so the kernel rules match it (a
+    GPU off the bus, the OOM kill) and a raw dmesg of the same boot is anchored by pairing with it."""
+    from datetime import datetime, timezone
+
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    boot = 1748160000  # 2025-05-25T08:00:00Z
+    msgs = [(100.25, "NVRM: loading NVIDIA UNIX Open Kernel Module  575.57.08"), (2000.5, "EXT4-fs (nvme0n1p2): mounted"),
+            (44238.512345, "Out of memory: Killed process 48213 (python3) total-vm:1000kB, anon-rss:900kB, "
+                           "file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:8kB oom_score_adj:0"),
+            (44240.000001, "NVRM: Xid (PCI:0000:3b:00): 79, pid=48213, name=python3, GPU has fallen off the bus.")]
+    stamp = lambda m: datetime.fromtimestamp(int(boot + m), timezone.utc).strftime("%b %d %H:%M:%S")  # noqa: E731
+    (tmp_path / "kern.log").write_text("".join(f"{stamp(m)} gpu1 kernel: [{m:12.6f}] {t}\n" for m, t in msgs))
+    (tmp_path / "dmesg.txt").write_text("".join(f"[{m:12.6f}] {t}\n" for m, t in msgs))
+    store = Store(tmp_path / "s")
+    rep = ingest(store, [str(tmp_path / "dmesg.txt"), str(tmp_path / "kern.log")], IngestOptions(year=2025))
+    k = records(store).filter(pl.col("path").str.ends_with("kern.log")).sort("line")
+    assert k["message"].to_list() == [t for _, t in msgs] and k["mono"].to_list() == [m for m, _ in msgs]
+    kinds = set(pl.read_parquet(store.events_file(store.sources()[0].source_id)).get_column("kind").to_list()
+                + pl.read_parquet(store.events_file(store.sources()[1].source_id)).get_column("kind").to_list())
+    assert {"oom_kill", "gpu_fallen_off_bus"} <= kinds
+    assert len(rep.anchors) == 1 and abs(rep.anchors[0].boot_time.timestamp() - boot) <= 1.0
+    d = records(store).filter(pl.col("path").str.ends_with("dmesg.txt"))
+    assert set(d["ts_source"]) == {"boot_anchored"} and set(d["host"]) == {"gpu1"}
+    # a kernel message that only starts with a bracket keeps it
+    assert parse_text("May 25 08:00:00 gpu1 kernel: [drm] Initialized nvidia-drm 0.0.0\n", path="k.log",
+                      year=2025)["message"][0] == "[drm] Initialized nvidia-drm 0.0.0"
+
+
 def test_anchored_dmesg_events_take_the_host_of_their_records(tmp_path: Path) -> None:
     """Pairing a raw dmesg (no host) with gpu1's journal names gpu1 as its records' host; its events, matched before
     that, take it too: in a store of two hosts its OOM kill is gpu1's incident, not an `unknown host`'s (whose
