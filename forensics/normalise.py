@@ -17,6 +17,8 @@ NEW_RECORD = (r"^(\[\d{4}-\d{2}-\d{2} |\[rank\d+\]:|\[?[IWEF]\d{4} \d|INFO:|WARN
 # the kernel's own stamp (seconds since boot) that rsyslog's imklog keeps at the head of a kernel message in
 # /var/log/kern.log and /var/log/syslog (its `ParseKernelTimestamp` is off by default): `kernel: [ 8123.356789] ...`
 KERNEL_STAMP = r"^\[\s*(\d{1,10}\.\d{1,9})\] ?"
+# the caller id a kernel built with CONFIG_PRINTK_CALLER prints after the stamp: the task (`T1234`) or CPU (`C3`)
+KERNEL_CALLER = r"^\[\s*[TC]\d{1,10}\] ?"
 BLOCK_START = r"Traceback \(most recent call last\):|^Exception raised from "
 BLOCK_LITERALS = ["Traceback (most recent call last):", "Exception raised from "]
 # one cached regex (`str.contains_any` builds its automaton again on every batch)
@@ -46,20 +48,20 @@ def normalise_batch(recs: pl.DataFrame) -> pl.DataFrame:
 def _kernel_stamps(recs: pl.DataFrame) -> pl.DataFrame:
     """A kernel line a syslog daemon wrote with the kernel's own stamp (`kernel: [ 8123.356789] NVRM: Xid ...`):
     the stamp becomes the record's `mono` (seconds since boot) and the message is the kernel's, as dmesg and the
-    journal give it, so that the kernel rules read it and a dmesg of the same boot can be anchored to it."""
+    journal give it, so that the kernel rules read it and a dmesg of the same boot can be anchored to it. A caller
+    id after the stamp (`[  T48213] `, CONFIG_PRINTK_CALLER) is taken off the message too (the journal keeps it
+    in a field of its own)."""
     if "ident" not in recs.columns or "mono" not in recs.columns:
         return recs
-    mask = ((pl.col("ident") == "kernel") & pl.col("mono").is_null()
-            & pl.col("message").str.starts_with("[")).fill_null(False)
+    mask = ((pl.col("ident") == "kernel") & pl.col("message").str.starts_with("[")).fill_null(False)
     idx = recs.select(mask.arg_true().alias("i"))["i"]
     if idx.len() == 0:
         return recs
-    got = recs[idx].select(pl.col("message").str.extract(KERNEL_STAMP, 1).cast(pl.Float64, strict=False).alias("m"),
-                           pl.col("message").str.replace(KERNEL_STAMP, "").alias("msg"))
-    keep = got["m"].is_not_null()
-    if not keep.any():
-        return recs
-    idx, got = idx.filter(keep), got.filter(keep)
+    msg = pl.col("message")
+    stamp = pl.when(pl.col("mono").is_null()).then(msg.str.extract(KERNEL_STAMP, 1).cast(pl.Float64, strict=False))
+    got = recs[idx].select(pl.coalesce(pl.col("mono"), stamp).alias("m"),
+                           pl.when(stamp.is_not_null()).then(msg.str.replace(KERNEL_STAMP, "")).otherwise(msg)
+                           .str.replace(KERNEL_CALLER, "").alias("msg"))
     return recs.with_columns(recs["mono"].scatter(idx, got["m"]), recs["message"].scatter(idx, got["msg"]))
 
 

@@ -17,7 +17,8 @@ SAMPLES = ROOT / "samples" / "formats"
 GOLDEN = ROOT / "tests" / "golden" / "formats"
 # sample files that show a variant of a format
 VARIANT = {"journal-short-iso-hhmm": "journal-short-iso", "journal-reverse": "journal-short-iso",
-           "sglang-ms": "sglang", "grep-execstart": "unit-file"}
+           "sglang-ms": "sglang", "grep-execstart": "unit-file", "dmesg-delta": "dmesg", "dmesg-caller": "dmesg",
+           "dmesg-ctime-delta": "dmesg-ctime"}
 COLUMNS = ("ts", "ts_source", "ts_anchor", "boot_id", "mono", "host", "ident", "pid", "unit", "rank", "level",
            "message", "line", "line_end", "format")
 
@@ -178,3 +179,17 @@ def test_journalctl_with_unit_no_hostname() -> None:
     recs = parse_text(text, path="j.log").sort("line")
     assert recs.select("host", "unit", "pid").rows() == [(None, "init.scope", 1), (None, "sglang.service", 48213)]
     assert recs["message"][0].startswith("sglang.service: Main process exited")
+
+
+def test_dmesg_show_delta_and_caller_ids_read_as_plain_dmesg() -> None:
+    """`dmesg -d` (`[ 8120.113442 <    0.000008>]`) and a kernel with CONFIG_PRINTK_CALLER (`[ 8120.113442] [  T48291]`)
+    give the records of plain `dmesg`: the same seconds since boot and the kernel's message, so the kernel rules
+    read them (the caller id and the delta are not part of the message)."""
+    def first_lines(name: str) -> list[tuple[float, str]]:
+        recs = parse_text((SAMPLES / name).read_text(), path=name).sort("line")
+        return [(m, msg.split("\n")[0]) for m, msg in zip(recs["mono"], recs["message"])]
+
+    plain = first_lines("dmesg.log")
+    delta, caller = first_lines("dmesg-delta.log"), first_lines("dmesg-caller.log")
+    assert delta == caller == plain[:len(delta)] and len(delta) > 40
+    assert any(msg.startswith("Memory cgroup out of memory: Killed process 48213") for _, msg in caller)

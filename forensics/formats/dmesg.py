@@ -5,8 +5,8 @@ from .base import Continuation, LineFormat, Stamp
 FORMAT = LineFormat(
     name='dmesg',
     description='dmesg (raw time format): `[ 1234.567890] msg`, seconds since boot; stamps restart at each boot',
-    pattern='^(?P<stamp>\\[\\s*(?P<mono>\\d+\\.\\d+)\\]) ?(?P<msg>.*)$',
-    fast_pattern='^(?P<_head>(?P<stamp>\\[ *(?P<mono>[0-9]+\\.[0-9]+)\\]) ?)',
+    pattern='^(?P<stamp>\\[\\s*(?P<mono>\\d+\\.\\d+)(?: <\\s*[-+]?\\d+\\.\\d+>)?\\]) ?(?P<msg>.*)$',
+    fast_pattern='^(?P<_head>(?P<stamp>\\[ *(?P<mono>[0-9]+\\.[0-9]+)(?: < *[-+]?[0-9]+\\.[0-9]+>)?\\]) ?)',
     stamp=Stamp.MONO,
     priority=30,
     continuation=Continuation.ANY,
