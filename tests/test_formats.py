@@ -68,7 +68,7 @@ def test_a_journal_traceback_is_one_record_of_consecutive_lines() -> None:
 
 
 @pytest.mark.parametrize("name", ["journal-json-sse", "journal-json-pretty", "journal-json-seq", "journal-json",
-                                  "journal-verbose", "journal-export"])
+                                  "journal-verbose", "journal-export", "dmesg-json"])
 def test_structured_batches_cut_anywhere_give_the_same_records(name: str) -> None:
     """A batch may end anywhere in a structured source (in a pretty object, between a json-sse event and the blank
     line that ends it): the records of all the cuts are those of parsing it whole."""
@@ -193,3 +193,22 @@ def test_dmesg_show_delta_and_caller_ids_read_as_plain_dmesg() -> None:
     delta, caller = first_lines("dmesg-delta.log"), first_lines("dmesg-caller.log")
     assert delta == caller == plain[:len(delta)] and len(delta) > 40
     assert any(msg.startswith("Memory cgroup out of memory: Killed process 48213") for _, msg in caller)
+
+
+def test_dmesg_json_records() -> None:
+    """dmesg -J -x: facility and level as names, a caller id member, a msg that is a JSON string (escapes, a
+    multi-line record); the document's own brackets are part of no record and not counted as text."""
+    text = "\n".join([
+        "{", '   "dmesg": [', "      {", '         "fac": "kern",', '         "pri": "warn",',
+        '         "time":  8120.113442,', '         "caller": "T48291",',
+        '         "msg": "python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0"',
+        "      },{", '         "fac": "kern",', '         "pri": "err",', '         "time":  8120.113590,',
+        '         "msg": "Memory cgroup stats for /system.slice/sglang.service:\\nanon 64424509440\\n\\u00e9t\\u00e9 \\"x\\""',
+        "      }", "   ]", "}"]) + "\n"
+    assert detect(pl.Series(text.split("\n")), "d.json").primary == "dmesg-json"
+    recs = parse_text(text, path="d.json").sort("line")
+    assert recs["format"].to_list() == ["dmesg-json", "dmesg-json"]
+    assert recs["mono"].to_list() == [8120.113442, 8120.11359] and set(recs["ts_source"]) == {"monotonic_only"}
+    assert recs["level"].to_list() == ["warning", "err"] and set(recs["ident"]) == {"kernel"}
+    assert recs["message"][1] == 'Memory cgroup stats for /system.slice/sglang.service:\nanon 64424509440\nété "x"'
+    assert list(zip(recs["line"], recs["line_end"])) == [(3, 8), (9, 13)]

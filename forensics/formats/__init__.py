@@ -7,6 +7,7 @@ from . import (
     dmesg_ctime,
     dmesg_decode,
     dmesg_iso,
+    dmesg_json,
     dmesg_prio,
     flashinfer_jit,
     generic,
@@ -56,6 +57,7 @@ _ALL: tuple[LineFormat, ...] = (
     dmesg_decode.FORMAT,
     dmesg_ctime.FORMAT,
     dmesg_iso.FORMAT,
+    dmesg_json.FORMAT,
     sglang.FORMAT,
     uvicorn.FORMAT,
     glog.FORMAT,
@@ -77,7 +79,7 @@ JOURNAL_TEXT = frozenset({
 })
 JOURNAL_ALL = JOURNAL_TEXT | {"journal-json", "journal-json-pretty", "journal-json-seq", "journal-json-sse",
                               "journal-verbose", "journal-export"}
-DMESG = frozenset({"dmesg", "dmesg-prio", "dmesg-decode", "dmesg-ctime", "dmesg-iso"})
+DMESG = frozenset({"dmesg", "dmesg-prio", "dmesg-decode", "dmesg-ctime", "dmesg-iso", "dmesg-json"})
 
 __all__ = ["FORMATS", "TEXT", "JOURNAL_TEXT", "JOURNAL_ALL", "DMESG", "LineFormat", "StructuredFormat", "Stamp",
            "Continuation"]
