@@ -67,6 +67,7 @@ class SourceClock:
     last_inf: tuple[datetime, int] | None = None
     host_counts: Counter = field(default_factory=Counter)
     kinds: Counter = field(default_factory=Counter)
+    format_notes: set[str] = field(default_factory=set)   # what formats say of their year-less times (`ts_anchor`)
 
     # -- per batch
     def observe(self, recs: pl.DataFrame) -> pl.DataFrame:
@@ -75,6 +76,9 @@ class SourceClock:
             return recs.with_columns(pl.lit(None, dtype=pl.Int32).alias("_w"), pl.lit(None, dtype=TS).alias("_ref"))
         recs = self._boots(recs)
         self.kinds.update(dict(zip(*recs["ts_source"].value_counts().to_dict(as_series=False).values())))
+        if self.kinds.get(INFERRED):
+            said = recs.filter((pl.col("ts_source") == INFERRED) & pl.col("ts_anchor").is_not_null())["ts_anchor"]
+            self.format_notes.update(said.unique().to_list())
         hosts = recs["host"].drop_nulls()
         if hosts.len():
             self.host_counts.update(dict(zip(*hosts.value_counts().to_dict(as_series=False).values())))
@@ -187,9 +191,13 @@ class SourceClock:
         if self.inferred:
             year_expr, how = self._year_expr()
             exprs = [_final_ts(year_expr, self.tz).alias("ts"),
-                     pl.when(pl.col("ts_source") == INFERRED).then(pl.lit(how)).otherwise(pl.col("ts_anchor"))
-                     .alias("ts_anchor")]
+                     # a format's own word on its times (dmesg -e's unprinted seconds) follows the year's
+                     pl.when(pl.col("ts_source") == INFERRED)
+                     .then(pl.concat_str([pl.lit(how), pl.col("ts_anchor")], separator="; ", ignore_nulls=True))
+                     .otherwise(pl.col("ts_anchor")).alias("ts_anchor")]
             note = f"year inferred: {how}; zone assumed {self.tz}"
+            if self.format_notes:
+                note += "; " + "; ".join(sorted(self.format_notes))
             if self.wraps:
                 note += f"; {self.wraps} Dec->Jan rollover(s) in the file"
             notes.append(note)

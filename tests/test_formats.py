@@ -12,6 +12,7 @@ from conftest import ROOT, check_golden
 from forensics.detect import detect
 from forensics.formats import FORMATS
 from forensics.parse import parse_text
+from helpers import records
 
 SAMPLES = ROOT / "samples" / "formats"
 GOLDEN = ROOT / "tests" / "golden" / "formats"
@@ -68,7 +69,7 @@ def test_a_journal_traceback_is_one_record_of_consecutive_lines() -> None:
 
 
 @pytest.mark.parametrize("name", ["journal-json-sse", "journal-json-pretty", "journal-json-seq", "journal-json",
-                                  "journal-verbose", "journal-export", "dmesg-json"])
+                                  "journal-verbose", "journal-export", "dmesg-json", "dmesg-reltime"])
 def test_structured_batches_cut_anywhere_give_the_same_records(name: str) -> None:
     """A batch may end anywhere in a structured source (in a pretty object, between a json-sse event and the blank
     line that ends it): the records of all the cuts are those of parsing it whole."""
@@ -212,3 +213,33 @@ def test_dmesg_json_records() -> None:
     assert recs["level"].to_list() == ["warning", "err"] and set(recs["ident"]) == {"kernel"}
     assert recs["message"][1] == 'Memory cgroup stats for /system.slice/sglang.service:\nanon 64424509440\nété "x"'
     assert list(zip(recs["line"], recs["line_end"])) == [(3, 8), (9, 13)]
+
+
+def test_dmesg_reltime_times(tmp_path: Path) -> None:
+    """dmesg -e / -H: a run's records are its minute plus the deltas since its first record (each delta is since
+    the record before), the unprinted seconds taken as :00 and said so next to the inferred year; lines without a
+    prefix go on the record before; records before the first minute stamp have no time."""
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    text = "\n".join([
+        "[  +0.000100] a record before the first minute stamp",
+        "[May25 20:17] python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
+        "[  +0.000123] Memory cgroup stats for /system.slice/sglang.service:",
+        "              anon 64424509440",
+        "[ +12.500000] NVRM: Xid (PCI:0000:3b:00): 79, pid=48213, name=python3, GPU has fallen off the bus.",
+        "[May 26 00:01] EXT4-fs (nvme0n1p2): mounted filesystem",
+        "[  +1.000000] next"]) + "\n"
+    assert detect(pl.Series(text.split("\n")), "d.log").primary == "dmesg-reltime"
+    (tmp_path / "d.log").write_text(text)
+    store = Store(tmp_path / "st")
+    ingest(store, [str(tmp_path / "d.log")], IngestOptions(year=2025))
+    recs = records(store).sort("line")
+    assert [None if t is None else t.strftime("%m-%d %H:%M:%S.%f") for t in recs["ts"]] == [
+        None, "05-25 20:17:00.000000", "05-25 20:17:00.000123", "05-25 20:17:12.500123", "05-26 00:01:00.000000",
+        "05-26 00:01:01.000000"]
+    assert recs["ts_source"].to_list() == ["none"] + ["year_inferred"] * 5
+    assert recs["message"][2] == "Memory cgroup stats for /system.slice/sglang.service:\n              anon 64424509440"
+    assert list(zip(recs["line"], recs["line_end"]))[1:4] == [(2, 2), (3, 4), (5, 5)]
+    assert "up to 60 s early" in recs["ts_anchor"][1] and "--year 2025" in recs["ts_anchor"][1]
+    assert "up to 60 s early" in store.sources()[0].time_anchor

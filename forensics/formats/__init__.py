@@ -9,6 +9,7 @@ from . import (
     dmesg_iso,
     dmesg_json,
     dmesg_prio,
+    dmesg_reltime,
     flashinfer_jit,
     generic,
     generic_syslog,
@@ -58,6 +59,7 @@ _ALL: tuple[LineFormat, ...] = (
     dmesg_ctime.FORMAT,
     dmesg_iso.FORMAT,
     dmesg_json.FORMAT,
+    dmesg_reltime.FORMAT,
     sglang.FORMAT,
     uvicorn.FORMAT,
     glog.FORMAT,
@@ -79,7 +81,8 @@ JOURNAL_TEXT = frozenset({
 })
 JOURNAL_ALL = JOURNAL_TEXT | {"journal-json", "journal-json-pretty", "journal-json-seq", "journal-json-sse",
                               "journal-verbose", "journal-export"}
-DMESG = frozenset({"dmesg", "dmesg-prio", "dmesg-decode", "dmesg-ctime", "dmesg-iso", "dmesg-json"})
+DMESG = frozenset({"dmesg", "dmesg-prio", "dmesg-decode", "dmesg-ctime", "dmesg-iso", "dmesg-json",
+                   "dmesg-reltime"})
 
 __all__ = ["FORMATS", "TEXT", "JOURNAL_TEXT", "JOURNAL_ALL", "DMESG", "LineFormat", "StructuredFormat", "Stamp",
            "Continuation"]
