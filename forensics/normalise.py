@@ -98,7 +98,9 @@ def _merge_journal_blocks(recs: pl.DataFrame) -> pl.DataFrame:
     So a block lies inside a *run*: consecutive journal rows of one process. The runs are found by comparing
     each row with the one before it, and only the runs holding a block start's literal are looked at further
     (a batch holds a hundred thousand lines and a handful of tracebacks)."""
-    journal = (pl.col("format").is_in(list(JOURNAL_TEXT)) & pl.col("pid").is_not_null()).fill_null(False)
+    # a container's output (one process's stream, no pid) is such a run too
+    journal = ((pl.col("format").is_in(list(JOURNAL_TEXT)) & pl.col("pid").is_not_null())
+               | (pl.col("format") == "container")).fill_null(False)
     flags = recs.select(journal.alias("_j"), pl.col("message").str.contains(_BLOCK_RX).fill_null(False).alias("_s"))
     starts = flags["_j"] & flags["_s"]
     if not starts.any():  # most batches: no traceback, no runs to find

@@ -19,7 +19,7 @@ GOLDEN = ROOT / "tests" / "golden" / "formats"
 # sample files that show a variant of a format
 VARIANT = {"journal-short-iso-hhmm": "journal-short-iso", "journal-reverse": "journal-short-iso",
            "sglang-ms": "sglang", "grep-execstart": "unit-file", "dmesg-delta": "dmesg", "dmesg-caller": "dmesg",
-           "dmesg-ctime-delta": "dmesg-ctime"}
+           "dmesg-ctime-delta": "dmesg-ctime", "container-cri": "container"}
 COLUMNS = ("ts", "ts_source", "ts_anchor", "boot_id", "mono", "host", "ident", "pid", "unit", "rank", "level",
            "message", "line", "line_end", "format")
 
@@ -243,3 +243,16 @@ def test_dmesg_reltime_times(tmp_path: Path) -> None:
     assert list(zip(recs["line"], recs["line_end"]))[1:4] == [(2, 2), (3, 4), (5, 5)]
     assert "up to 60 s early" in recs["ts_anchor"][1] and "--year 2025" in recs["ts_anchor"][1]
     assert "up to 60 s early" in store.sources()[0].time_anchor
+
+
+def test_container_output_keeps_indentation_and_a_traceback_is_one_record() -> None:
+    """kubectl/docker logs --timestamps: the message is the line as written (a traceback's indentation kept), and
+    the traceback's lines, one per runtime stamp, are one record, so the scheduler's exception is named."""
+    recs = parse_text((SAMPLES / "container.log").read_text(), path="c.log").sort("line")
+    tb = recs.filter(pl.col("message").str.contains("Scheduler hit an exception"))
+    assert tb.height == 1 and (tb["line"][0], tb["line_end"][0]) == (6, 12)   # the empty line after it too
+    assert '\n  File "/usr/local/lib/python3.10/dist-packages/sglang/srt/managers/scheduler.py"' in tb["message"][0]
+    assert "\ntorch.OutOfMemoryError: CUDA out of memory." in tb["message"][0] and tb["rank"][0] == "TP0"
+    cri = parse_text((SAMPLES / "container-cri.log").read_text(), path="c.log").sort("line")
+    assert cri["message"][0].startswith("[2025-05-25 20:10:11] server_args=") and set(cri["format"]) == {"container"}
+    assert cri.filter(pl.col("message").str.contains("Scheduler hit")).select("line", "line_end").row(0) == (5, 8)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import (
+    container,
     dmesg,
     dmesg_ctime,
     dmesg_decode,
@@ -63,6 +64,7 @@ _ALL: tuple[LineFormat, ...] = (
     sglang.FORMAT,
     uvicorn.FORMAT,
     glog.FORMAT,
+    container.FORMAT,
     flashinfer_jit.FORMAT,
     syslog.FORMAT,
     syslog_rfc3339.FORMAT,
