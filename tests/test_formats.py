@@ -256,3 +256,17 @@ def test_container_output_keeps_indentation_and_a_traceback_is_one_record() -> N
     cri = parse_text((SAMPLES / "container-cri.log").read_text(), path="c.log").sort("line")
     assert cri["message"][0].startswith("[2025-05-25 20:10:11] server_args=") and set(cri["format"]) == {"container"}
     assert cri.filter(pl.col("message").str.contains("Scheduler hit")).select("line", "line_end").row(0) == (5, 8)
+
+
+def test_syslog_rfc5424_fields() -> None:
+    """RFC 5424: `-` is no value (host, identifier, pid, time), the structured data is not the message, a BOM at the
+    message's head is taken off, the level is PRI mod 8, and a kernel line keeps rsyslog's kernel stamp as `mono`."""
+    recs = parse_text((SAMPLES / "syslog-rfc5424.log").read_text(), path="r.log").sort("line")
+    assert set(recs["format"]) == {"syslog-rfc5424"}
+    assert recs.select("host", "ident", "pid", "level").row(2) == ("gpu-node-1", "kernel", None, "err")
+    assert recs["message"][2].startswith("Memory cgroup out of memory: Killed process 48213") and recs["mono"][2] == 8123.357798
+    assert recs["message"][3] == "sglang.service: A process of this unit has been killed by the OOM killer."
+    assert recs["message"][4] == "sglang.service: Main process exited, code=killed, status=9/KILL"
+    assert recs["message"][5] == "sglang.service: Failed with result 'oom-kill'."
+    assert recs["ts"][5].isoformat() == "2025-05-25T20:17:19.418877+00:00" and recs["ts_source"][5] == "exact"
+    assert recs.select("ts", "host", "ident", "message").row(6) == (None, None, "logger", "a line sent with no time and no host")
