@@ -254,6 +254,21 @@ def _sample_lines(src: Source) -> pl.Series:
     return pl.Series(text.split("\n")[:4000], dtype=pl.String)
 
 
+def _no_format(src: Source) -> str:
+    """The warning for a source in which no format was found: where it starts, and what to do."""
+    lines = _sample_lines(src)
+    at = lines.str.strip_chars().ne("").arg_true()
+    first = f" (line {at[0] + 1}: `{_clip(lines[at[0]])}`)" if at.len() else ""
+    return (f"{src.display}: no log format found in its first lines{first}; its lines are kept as untimed text "
+            f"records, searchable, with no time and only the events their text alone shows. `forensics formats` "
+            f"lists the formats read; `--format NAME` forces one")
+
+
+def _clip(line: str, n: int = 80) -> str:
+    line = "".join(c if c.isprintable() else "\ufffd" for c in line)
+    return line if len(line) <= n else line[:n - 3] + "..."
+
+
 def _load_rules(opts: IngestOptions):  # -> RuleSet | None
     if not opts.match:
         return None
@@ -392,6 +407,8 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
     finally:
         store.cleanup(staging)
     warnings = [f"{src.display}:{n.removeprefix('line ')}" for n in entry.notes if n.startswith("line ")]
+    if det.primary == "text" and not opts.fmt and entry.records:
+        warnings.append(_no_format(src))
     if lost:  # the lines before a fault of the stream landed; the source still failed
         return SourceResult(src.display, "failed", entry, error=lost, warnings=warnings, timeouts=budget.timeouts())
     return SourceResult(src.display, "ingested", entry, warnings=warnings, timeouts=budget.timeouts())

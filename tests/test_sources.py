@@ -119,3 +119,24 @@ def test_a_nul_hole_is_one_short_line_with_every_byte_counted(tmp_path: Path) ->
     assert len(text) == 3 and text[0] == "before" and text[2] == "after"
     assert stats.nul_bytes == hole and stats.bytes == p.stat().st_size and stats.lines == 3
     assert len(text[1].encode()) < 8 * HOLE and f"<{stats.hole_bytes} NUL bytes>" in text[1]
+
+
+def test_a_file_in_no_known_format_is_kept_and_said(tmp_path: Path) -> None:
+    """A file no format reads lands as untimed text records (nothing lost, exit 0), with a warning naming it and
+    its first line and saying what to do; a file in a known format, or one whose format is forced, gets none."""
+    from click.testing import CliRunner
+
+    from forensics.cli import main
+
+    (tmp_path / "notes.txt").write_text("\n  the box froze at about 8pm\nrebooted it\n")
+    (tmp_path / "j.log").write_text("May 25 20:17:19 gpu1 systemd[1]: a.service: Failed with result 'signal'.\n")
+    r = CliRunner().invoke(main, ["--store", str(tmp_path / "st"), "ingest", "--year", "2025",
+                                  str(tmp_path / "notes.txt"), str(tmp_path / "j.log")])
+    assert r.exit_code == 0, r.output
+    warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warned) == 1 and "notes.txt: no log format found" in warned[0]
+    assert "(line 2: `  the box froze at about 8pm`)" in warned[0] and "--format NAME" in warned[0]
+    assert "notes.txt: text (0%), 3 records" in r.stderr   # every line, the blank one too
+    r = CliRunner().invoke(main, ["--store", str(tmp_path / "st2"), "ingest", "--format", "text",
+                                  str(tmp_path / "notes.txt")])
+    assert r.exit_code == 0 and "warning:" not in r.stderr
