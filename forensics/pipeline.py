@@ -259,9 +259,17 @@ def _no_format(src: Source) -> str:
     lines = _sample_lines(src)
     at = lines.str.strip_chars().ne("").arg_true()
     first = f" (line {at[0] + 1}: `{_clip(lines[at[0]])}`)" if at.len() else ""
+    # journalctl and syslog daemons print the month in the locale's language (`мая 25 20:17:19`, `Mai 25 ...`)
+    local = lines.str.extract(r"^(\S{1,12}) +\d{1,2} \d{2}:\d{2}:\d{2} \S").drop_nulls()
+    local = local.filter(~local.str.contains(f"^(?:{MONTHS})$"))
+    hint = (f"; its stamps name the month in another language (`{_clip(local[0], 12)}`): export them again with "
+            f"`LC_ALL=C` (`LC_ALL=C journalctl ...`)" if local.len() * 2 > at.len() > 0 else "")
     return (f"{src.display}: no log format found in its first lines{first}; its lines are kept as untimed text "
-            f"records, searchable, with no time and only the events their text alone shows. `forensics formats` "
-            f"lists the formats read; `--format NAME` forces one")
+            f"records, searchable, with no time and only the events their text alone shows{hint}. "
+            f"`forensics formats` lists the formats read; `--format NAME` forces one")
+
+
+MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
 
 
 def _clip(line: str, n: int = 80) -> str:

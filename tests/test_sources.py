@@ -140,3 +140,17 @@ def test_a_file_in_no_known_format_is_kept_and_said(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["--store", str(tmp_path / "st2"), "ingest", "--format", "text",
                                   str(tmp_path / "notes.txt")])
     assert r.exit_code == 0 and "warning:" not in r.stderr
+
+
+def test_month_names_in_another_language_are_pointed_out(tmp_path: Path) -> None:
+    """journalctl prints the month in the locale's language; such stamps are read by no format, and the warning
+    says so and how to export them again (`LC_ALL=C`)."""
+    from click.testing import CliRunner
+
+    from forensics.cli import main
+
+    (tmp_path / "j.log").write_text("мая 25 20:17:19 gpu1 systemd[1]: a.service: Failed with result 'signal'.\n"
+                                    "мая 25 20:17:20 gpu1 kernel: Out of memory: Killed process 1 (x)\n")
+    r = CliRunner().invoke(main, ["--store", str(tmp_path / "st"), "ingest", str(tmp_path / "j.log")])
+    assert r.exit_code == 0, r.output
+    assert "month in another language (`мая`)" in r.stderr and "LC_ALL=C journalctl" in r.stderr
