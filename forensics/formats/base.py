@@ -18,6 +18,8 @@ from pathlib import Path
 
 import polars as pl
 
+from ..schema import TimeSource
+
 SAMPLES_DIR = Path(__file__).resolve().parent.parent.parent / "samples" / "formats"
 
 
@@ -130,3 +132,30 @@ class StructuredFormat(LineFormat):
     def parse_batch(self, lines: pl.DataFrame, ctx: PostContext, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
         """(records in RECORD_SCHEMA minus source columns, lines to carry into the next batch)."""
         raise NotImplementedError
+
+
+def no_records() -> pl.DataFrame:
+    """A structured format's batch that yields no record (yet)."""
+    return pl.DataFrame(schema={"line": pl.Int64, "line_end": pl.Int64, "message": pl.String})
+
+
+def text_records(rows: pl.DataFrame) -> pl.DataFrame:
+    """Lines (`line`, `text`) that no record of a structured format holds, each an untimed `text` record."""
+    return rows.select("line", pl.col("line").alias("line_end"), pl.col("text").alias("message"),
+                       pl.lit(TimeSource.NONE.value).alias("ts_source"), pl.lit("text").alias("format"))
+
+
+def hold_back(marked: pl.DataFrame, lines: pl.DataFrame, mark: str, final: bool,
+              after: bool = False) -> tuple[pl.DataFrame | None, pl.DataFrame]:
+    """Where a structured format's batch is cut: (the rows of `marked` it parses now, the `lines` it carries into
+    the next batch, where the record they begin may go on). The cut is at the last row marked `mark` (a record's
+    first line), or just after it with `after` (a record's last line); the last batch is parsed whole. None: no
+    row is marked, so every line waits."""
+    if final:
+        return marked, lines.clear()
+    at = marked.filter(pl.col(mark)).get_column("line")
+    if at.len() == 0:
+        return None, lines
+    last = at.max()
+    keep = (pl.col("line") <= last) if after else (pl.col("line") < last)
+    return marked.filter(keep), lines.filter(~keep)

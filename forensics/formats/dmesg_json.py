@@ -14,7 +14,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..schema import TimeSource
-from .base import Continuation, PostContext, Stamp, StructuredFormat
+from .base import Continuation, PostContext, Stamp, StructuredFormat, hold_back, no_records, text_records
 
 OPEN = r"^\s*(?:\},\s*)?\{$"                      # a record opens: `{`, or `},{` after the one before
 MEMBER = r'^\s*"(?P<key>pri|fac|time|caller|msg)"\s*:\s*(?P<value>.*?),?$'
@@ -33,25 +33,17 @@ class DmesgJson(StructuredFormat):
         text = pl.col("text")
         marked = lines.with_columns(text.str.contains(OPEN).fill_null(False).alias("_open"),
                                     text.str.contains(MEMBER).fill_null(False).alias("_member"))
-        carry = lines.clear()
-        if not final:
-            opens = marked.filter(pl.col("_open")).get_column("line")
-            if opens.len() == 0:
-                return _no_records(), lines
-            last = opens.max()
-            carry = lines.filter(pl.col("line") >= last)
-            marked = marked.filter(pl.col("line") < last)
-        if marked.height == 0:
-            return _no_records(), carry
+        marked, carry = hold_back(marked, lines, "_open", final)
+        if marked is None or marked.height == 0:
+            return no_records(), carry
         marked = marked.with_columns(pl.col("_open").cum_sum().alias("_obj"))
         members = marked.filter(pl.col("_member") & (pl.col("_obj") > 0))
         others = marked.filter(~pl.col("_member") & ~pl.col("_open") & ~text.str.contains(FRAME).fill_null(False))
         recs = [self._records(members, marked)] if members.height else []
         if others.height:
-            recs.append(others.select("line", pl.col("line").alias("line_end"), text.alias("message"),
-                                      pl.lit(TimeSource.NONE.value).alias("ts_source"), pl.lit("text").alias("format")))
+            recs.append(text_records(others))
         if not recs:
-            return _no_records(), carry
+            return no_records(), carry
         return pl.concat(recs, how="diagonal_relaxed").sort("line"), carry
 
     def _records(self, members: pl.DataFrame, marked: pl.DataFrame) -> pl.DataFrame:
@@ -79,10 +71,6 @@ class DmesgJson(StructuredFormat):
             pl.col("time").cast(pl.Float64, strict=False).alias("mono"),
             pl.lit("kernel").alias("ident"), level.cast(pl.String).alias("level"),
             message.alias("message"), "line", "line_end", pl.lit(self.name).alias("format"))
-
-
-def _no_records() -> pl.DataFrame:
-    return pl.DataFrame(schema={"line": pl.Int64, "line_end": pl.Int64, "message": pl.String})
 
 
 FORMAT = DmesgJson(

@@ -16,7 +16,7 @@ import polars as pl
 
 from ..schema import TimeSource
 from ..timeparse import stamp_columns
-from .base import Continuation, PostContext, Stamp, StructuredFormat
+from .base import Continuation, PostContext, Stamp, StructuredFormat, hold_back, no_records, text_records
 
 MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
 MINUTE = rf"^\[(?P<mon>{MONTHS}) ?(?P<day>\d{{1,2}}) (?P<hm>\d{{2}}:\d{{2}})\] ?(?P<msg>.*)$"
@@ -40,16 +40,9 @@ class DmesgReltime(StructuredFormat):
         text = pl.col("text")
         marked = lines.with_columns(text.str.contains(MINUTE).fill_null(False).alias("_m"),
                                     text.str.contains(DELTA).fill_null(False).alias("_d"))
-        carry = lines.clear()
-        if not final:
-            minutes = marked.filter(pl.col("_m")).get_column("line")
-            if minutes.len() == 0:
-                return _no_records(), lines
-            last = minutes.max()
-            carry = lines.filter(pl.col("line") >= last)
-            marked = marked.filter(pl.col("line") < last)
-        if marked.height == 0:
-            return _no_records(), carry
+        marked, carry = hold_back(marked, lines, "_m", final)
+        if marked is None or marked.height == 0:
+            return no_records(), carry
         marked = marked.with_columns((pl.col("_m") | pl.col("_d")).cum_sum().alias("_rec"),
                                      pl.col("_m").cum_sum().alias("_run"))
         recs = []
@@ -58,10 +51,9 @@ class DmesgReltime(StructuredFormat):
             recs.append(self._records(body, ctx))
         before = marked.filter(pl.col("_rec") == 0)   # lines before the first record: not dmesg's
         if before.height:
-            recs.append(before.select("line", pl.col("line").alias("line_end"), text.alias("message"),
-                                      pl.lit(TimeSource.NONE.value).alias("ts_source"), pl.lit("text").alias("format")))
+            recs.append(text_records(before))
         if not recs:
-            return _no_records(), carry
+            return no_records(), carry
         return pl.concat(recs, how="diagonal_relaxed").sort("line"), carry
 
     def _records(self, body: pl.DataFrame, ctx: PostContext) -> pl.DataFrame:
@@ -88,10 +80,6 @@ class DmesgReltime(StructuredFormat):
             pl.col("_text").str.extract(r"^(\[[^\]]*\])", 1).alias("ts_text"),
             pl.when(timed).then(pl.lit(NOTE)).alias("ts_anchor"),
             pl.lit("kernel").alias("ident"), "message", "line", "line_end", pl.lit(self.name).alias("format"))
-
-
-def _no_records() -> pl.DataFrame:
-    return pl.DataFrame(schema={"line": pl.Int64, "line_end": pl.Int64, "message": pl.String})
 
 
 FORMAT = DmesgReltime(

@@ -23,8 +23,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from ..schema import TimeSource
-from .base import Continuation, PostContext, Stamp, StructuredFormat
+from .base import Continuation, PostContext, Stamp, StructuredFormat, hold_back, no_records, text_records
 from .journal_json import RECORD_FIELDS, records_from_fields
 
 FIELD = r"^(?P<name>[A-Z_][A-Z0-9_]*)=(?P<value>.*)$"
@@ -107,16 +106,9 @@ class JournalExport(StructuredFormat):
             (text.str.contains(FIELD).fill_null(False) & ~forced).alias("_f"),
             (bare & ~forced).alias("_b"),
             ((text == "") & ~forced).alias("_end"))
-        carry = lines.clear()
-        if not final:
-            ends = marked.filter(pl.col("_end")).get_column("line")
-            if ends.len() == 0:
-                return _no_records(), lines
-            last = ends.max()
-            carry = lines.filter(pl.col("line") > last)
-            marked = marked.filter(pl.col("line") <= last)
-        if marked.height == 0:
-            return _no_records(), carry
+        marked, carry = hold_back(marked, lines, "_end", final, after=True)
+        if marked is None or marked.height == 0:
+            return no_records(), carry
         # an entry: the lines up to and with the blank line that ends it; a field: its line and its value's lines
         marked = marked.with_columns(pl.col("_end").shift(1).fill_null(False).cum_sum().alias("_seg"),
                                      (pl.col("_f") | pl.col("_b")).cum_sum().alias("_fid"))
@@ -135,10 +127,9 @@ class JournalExport(StructuredFormat):
                                | ~pl.col("line").is_in(entries.get_column("line").implode()))
         recs = [self._entries(entries)] if entries.height else []
         if others.height:
-            recs.append(others.select("line", pl.col("line").alias("line_end"), text.alias("message"),
-                                      pl.lit(TimeSource.NONE.value).alias("ts_source"), pl.lit("text").alias("format")))
+            recs.append(text_records(others))
         if not recs:
-            return _no_records(), carry
+            return no_records(), carry
         return pl.concat(recs, how="diagonal_relaxed").sort("line"), carry
 
     def _entries(self, rows: pl.DataFrame) -> pl.DataFrame:
@@ -165,10 +156,6 @@ class JournalExport(StructuredFormat):
               .with_columns(pl.when(pl.col("_has_msg").fill_null(False)).then(pl.col("MESSAGE"))
                             .otherwise(pl.lit("<entry without a MESSAGE field>")).alias("MESSAGE")))
         return records_from_fields(df).with_columns(pl.lit(self.name).alias("format"))
-
-
-def _no_records() -> pl.DataFrame:
-    return pl.DataFrame(schema={"line": pl.Int64, "line_end": pl.Int64, "message": pl.String})
 
 
 FORMAT = JournalExport(

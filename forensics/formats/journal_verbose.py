@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..schema import TimeSource
 from ..timeparse import stamp_columns
-from .base import Continuation, PostContext, Stamp, StructuredFormat
+from .base import Continuation, PostContext, Stamp, StructuredFormat, hold_back, no_records, text_records
 from .journal_json import ENTRY_FIELDS, entry_columns
 
 HEADER = (r"^(?P<stamp>(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) )?(?P<date>\d{4}-\d{2}-\d{2}) "
@@ -39,16 +38,9 @@ class JournalVerbose(StructuredFormat):
         text = pl.col("text")
         marked = lines.with_columns(text.str.contains(HEADER).fill_null(False).alias("_h"),
                                     text.str.contains(FIELD).fill_null(False).alias("_f"))
-        carry = lines.clear()
-        if not final:
-            heads = marked.filter(pl.col("_h")).get_column("line")
-            if heads.len() == 0:
-                return _no_records(), lines
-            last = heads.max()
-            carry = lines.filter(pl.col("line") >= last)
-            marked = marked.filter(pl.col("line") < last)
-        if marked.height == 0:
-            return _no_records(), carry
+        marked, carry = hold_back(marked, lines, "_h", final)
+        if marked is None or marked.height == 0:
+            return no_records(), carry
         # a field's continuation: an indented line that is no field line; anything else is a header or stands alone
         cont = ~pl.col("_h") & ~pl.col("_f") & text.str.starts_with(" ")
         marked = marked.with_columns(cont.alias("_c"))
@@ -60,10 +52,9 @@ class JournalVerbose(StructuredFormat):
         others = marked.filter(~pl.col("_entry") | (pl.col("_seg") == 0))
         recs = [self._entries(entries, ctx)] if entries.height else []
         if others.height:
-            recs.append(others.select("line", pl.col("line").alias("line_end"), text.alias("message"),
-                                      pl.lit(TimeSource.NONE.value).alias("ts_source"), pl.lit("text").alias("format")))
+            recs.append(text_records(others))
         if not recs:
-            return _no_records(), carry
+            return no_records(), carry
         return pl.concat(recs, how="diagonal_relaxed").sort("line"), carry
 
     def _entries(self, rows: pl.DataFrame, ctx: PostContext) -> pl.DataFrame:
@@ -100,10 +91,6 @@ class JournalVerbose(StructuredFormat):
             boot.alias("boot_id"), (mono_us.cast(pl.Float64, strict=False) / 1e6).alias("mono"), *entry_columns(),
             pl.lit(None, dtype=pl.String).alias("rank"), message.alias("message"), "line", "line_end",
             pl.lit(self.name).alias("format"))
-
-
-def _no_records() -> pl.DataFrame:
-    return pl.DataFrame(schema={"line": pl.Int64, "line_end": pl.Int64, "message": pl.String})
 
 
 FORMAT = JournalVerbose(
