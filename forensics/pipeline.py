@@ -29,6 +29,7 @@ from .anchor import BootAnchor, apply_anchor, boot_time_anchor, find_anchors
 from .detect import Detection, detect
 from .formats import FORMATS, StructuredFormat
 from .normalise import normalise_batch
+from .timeparse import MONTHS
 from .timefix import EXTRA, SourceClock, YearAnchor
 from .parse import ParseContext, parse_lines, parse_structured, resolve
 from .regexbudget import RegexBudget, RuleTimeout
@@ -261,15 +262,13 @@ def _no_format(src: Source) -> str:
     first = f" (line {at[0] + 1}: `{_clip(lines[at[0]])}`)" if at.len() else ""
     # journalctl and syslog daemons print the month in the locale's language (`мая 25 20:17:19`, `Mai 25 ...`)
     local = lines.str.extract(r"^(\S{1,12}) +\d{1,2} \d{2}:\d{2}:\d{2} \S").drop_nulls()
-    local = local.filter(~local.str.contains(f"^(?:{MONTHS})$"))
+    local = local.filter(~local.is_in(list(MONTHS)))
     hint = (f"; its stamps name the month in another language (`{_clip(local[0], 12)}`): export them again with "
             f"`LC_ALL=C` (`LC_ALL=C journalctl ...`)" if local.len() * 2 > at.len() > 0 else "")
     return (f"{src.display}: no log format found in its first lines{first}; its lines are kept as untimed text "
             f"records, searchable, with no time and only the events their text alone shows{hint}. "
             f"`forensics formats` lists the formats read; `--format NAME` forces one")
 
-
-MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
 
 
 def _clip(line: str, n: int = 80) -> str:

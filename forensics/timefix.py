@@ -76,7 +76,7 @@ class SourceClock:
             return recs.with_columns(pl.lit(None, dtype=pl.Int32).alias("_w"), pl.lit(None, dtype=TS).alias("_ref"))
         recs = self._boots(recs)
         self.kinds.update(dict(zip(*recs["ts_source"].value_counts().to_dict(as_series=False).values())))
-        if self.kinds.get(INFERRED):
+        if recs["ts_anchor"].null_count() < recs.height:  # a format's own word on its times (most batches: none)
             said = recs.filter((pl.col("ts_source") == INFERRED) & pl.col("ts_anchor").is_not_null())["ts_anchor"]
             self.format_notes.update(said.unique().to_list())
         hosts = recs["host"].drop_nulls()

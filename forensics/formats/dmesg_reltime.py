@@ -15,11 +15,10 @@ from __future__ import annotations
 import polars as pl
 
 from ..schema import TimeSource
-from ..timeparse import stamp_columns
+from ..timeparse import MONTHS, stamp_columns
 from .base import Continuation, PostContext, Stamp, StructuredFormat, hold_back, no_records, text_records
 
-MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
-MINUTE = rf"^\[(?P<mon>{MONTHS}) ?(?P<day>\d{{1,2}}) (?P<hm>\d{{2}}:\d{{2}})\] ?(?P<msg>.*)$"
+MINUTE = rf"^\[(?P<mon>{'|'.join(MONTHS)}) ?(?P<day>\d{{1,2}}) (?P<hm>\d{{2}}:\d{{2}})\] ?(?P<msg>.*)$"
 DELTA = r"^\[ *(?P<delta>[-+]\d+\.\d{6})\] ?(?P<msg>.*)$"
 NOTE = ("dmesg -e/-H prints the minute and the seconds since the record before, not the second of each minute's "
         "first record: taken as :00, so times are up to 60 s early")
@@ -57,15 +56,14 @@ class DmesgReltime(StructuredFormat):
         return pl.concat(recs, how="diagonal_relaxed").sort("line"), carry
 
     def _records(self, body: pl.DataFrame, ctx: PostContext) -> pl.DataFrame:
-        heads = (body.with_columns(pl.coalesce(pl.col("text").str.extract(MINUTE, 4), pl.col("text").str.extract(DELTA, 2),
-                                               pl.col("text")).alias("_msg"))
-                 .group_by("_rec", maintain_order=True)
+        heads = (body.group_by("_rec", maintain_order=True)
                  .agg(pl.col("line").first(), pl.col("line").max().alias("line_end"), pl.col("_run").first(),
-                      pl.col("text").first().alias("_text"),
-                      pl.col("_msg").first().alias("_first"), pl.col("text").slice(1).alias("_more")))
-        parts = heads.with_columns(pl.col("_text").str.extract_groups(MINUTE).alias("_g")).unnest("_g").with_columns(
-            pl.col("_text").str.extract(DELTA, 1).cast(pl.Float64, strict=False).alias("delta"),
-            pl.concat_list(pl.col("_first"), pl.col("_more")).list.join("\n").alias("message"))
+                      pl.col("text").first().alias("_text"), pl.col("text").slice(1).alias("_more")))
+        parts = heads.with_columns(pl.col("_text").str.extract_groups(MINUTE).alias("_g")).unnest("_g")
+        delta = pl.col("_text").str.extract_groups(DELTA)
+        parts = parts.with_columns(delta.struct.field("delta").cast(pl.Float64, strict=False).alias("delta"),
+                                   pl.concat_list(pl.coalesce(pl.col("msg"), delta.struct.field("msg")), pl.col("_more"))
+                                   .list.join("\n").alias("message"))
         # the run's minute, then the deltas since the run's first record (each delta is since the record before)
         minute = parts.select(pl.col("mon"), pl.col("day"), (pl.col("hm") + ":00").alias("time"))
         base = stamp_columns(Stamp.SYSLOG_NOYEAR, minute, ctx.tz)

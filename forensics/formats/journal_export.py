@@ -133,26 +133,24 @@ class JournalExport(StructuredFormat):
         return pl.concat(recs, how="diagonal_relaxed").sort("line"), carry
 
     def _entries(self, rows: pl.DataFrame) -> pl.DataFrame:
-        body = rows.filter(pl.col("_role") != "end")
-        fields = (body.group_by("_seg", "_fid", maintain_order=True)
-                  .agg(pl.col("text").first().alias("_first"), pl.col("_b").first().alias("_bin"),
-                       pl.col("text").slice(1).str.join("\n").alias("_raw")))
-        named = fields.with_columns(pl.col("_first").str.extract(FIELD, 1).alias("name"),
-                                    pl.col("_first").str.extract(FIELD, 2).alias("value"))
-        at = named.get_column("_bin").arg_true()
-        if at.len():  # the binary values (only they are decoded one by one)
-            raw = named.get_column("_raw").gather(at).to_list()
-            named = named.with_columns(
-                named.get_column("name").scatter(at, named.get_column("_first").gather(at)),
-                named.get_column("value").scatter(at, pl.Series([binary_value(t) for t in raw], dtype=pl.String)))
+        # a text field is its own line; a binary one its name's line and its value's, decoded one by one (few)
+        named = rows.filter(pl.col("_f")).select("_seg", "_fid", pl.col("text").str.extract(FIELD, 1).alias("name"),
+                                                 pl.col("text").str.extract(FIELD, 2).alias("value"))
+        binary = rows.filter((pl.col("_role") == "value") | pl.col("_b"))
+        if binary.height:
+            groups = binary.group_by("_fid", maintain_order=True).agg(
+                pl.col("_seg").first(), pl.col("text").first().alias("name"),
+                pl.col("text").slice(1).str.join("\n").alias("_raw"))
+            values = pl.Series("value", [binary_value(t) for t in groups.get_column("_raw").to_list()], dtype=pl.String)
+            named = pl.concat([named, groups.select("_seg", "_fid", "name").with_columns(values)]).sort("_fid")
         wanted = named.filter(pl.col("name").is_in(list(RECORD_FIELDS)))
         # a field given twice (journalctl's JSON makes it an array) keeps its first value; MESSAGE keeps them all
+        is_msg = pl.col("name") == "MESSAGE"
         values = wanted.group_by("_seg", maintain_order=True).agg(
-            pl.col("value").filter(pl.col("name") == "MESSAGE").str.join("\n").alias("MESSAGE"),
+            pl.col("value").filter(is_msg).str.join("\n").alias("MESSAGE"), is_msg.any().alias("_has_msg"),
             *(pl.col("value").filter(pl.col("name") == n).first().alias(n) for n in RECORD_FIELDS if n != "MESSAGE"))
-        has_msg = wanted.group_by("_seg").agg((pl.col("name") == "MESSAGE").any().alias("_has_msg"))
         span = rows.group_by("_seg").agg(pl.col("line").min().alias("line"), pl.col("line").max().alias("line_end"))
-        df = (span.join(values, on="_seg", how="left").join(has_msg, on="_seg", how="left").sort("line")
+        df = (span.join(values, on="_seg", how="left").sort("line")
               .with_columns(pl.when(pl.col("_has_msg").fill_null(False)).then(pl.col("MESSAGE"))
                             .otherwise(pl.lit("<entry without a MESSAGE field>")).alias("MESSAGE")))
         return records_from_fields(df).with_columns(pl.lit(self.name).alias("format"))
