@@ -33,6 +33,7 @@ BOOT_LINE = r"^-- Boot ([0-9a-f]{32}) --$"
 INFERRED = TimeSource.YEAR_INFERRED.value
 DATED = (TimeSource.EXACT.value, TimeSource.ZONE_ASSUMED.value)
 EXTRA = ("_w", "_ref")
+ZONE_HINT = " (the stamps print no zone; pass --tz to change)"
 
 
 @dataclass(frozen=True)
@@ -196,13 +197,15 @@ class SourceClock:
                      .then(pl.concat_str([pl.lit(how), pl.col("ts_anchor")], separator="; ", ignore_nulls=True))
                      .otherwise(pl.col("ts_anchor")).alias("ts_anchor")]
             note = f"year inferred: {how}; zone assumed {self.tz}"
+            if self.kinds.get(TimeSource.ZONE_ASSUMED.value):  # dated records that print no zone either: one note
+                note += ZONE_HINT
             if self.format_notes:
                 note += "; " + "; ".join(sorted(self.format_notes))
             if self.wraps:
                 note += f"; {self.wraps} Dec->Jan rollover(s) in the file"
             notes.append(note)
-        if self.kinds.get(TimeSource.ZONE_ASSUMED.value):
-            notes.append(f"zone assumed {self.tz} (the stamps print no zone; pass --tz to change)")
+        elif self.kinds.get(TimeSource.ZONE_ASSUMED.value):
+            notes.append(f"zone assumed {self.tz}{ZONE_HINT}")
         if self.kinds.get(TimeSource.MONOTONIC_ONLY.value):
             notes.append("kernel monotonic seconds, no boot-time anchor yet (ordered within each boot only)")
         if not notes:

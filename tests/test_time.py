@@ -420,3 +420,18 @@ def test_final_events_of_unlike_parts_are_retimed_from_the_records_file(tmp_path
     assert out.columns == list(EVENT_SCHEMA)
     assert out["line"].to_list() == [1, 2] and out["ts"].to_list() == [t0, t1]
     assert out["source_id"].to_list() == ["sid", "sid"] and out["host"].to_list() == ["h1", None]
+
+
+def test_a_file_of_zone_less_stamps_with_year_less_ones_says_the_zone_once(tmp_path: Path) -> None:
+    """An SGLang log holding a few glog lines (PyTorch's NCCL watchdog prints `[E0525 ...]`, no year): the
+    year-less ones take the year of the dated lines around them, all print no zone. The time note says how
+    the year was found, and that the zone was assumed, once, with the hint to change it."""
+    text = ("[2025-05-25 20:17:18 TP0] Load weight begin. avail mem=78.53 GB\n"
+            "[rank1]:[E0525 20:17:19.059515605 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective\n"
+            "[2025-05-25 20:17:20 TP0] Load weight end.\n")
+    store, _ = ingest_text(tmp_path, "sglang.log", text)
+    (e,) = store.sources()
+    assert e.time_anchor.count("zone assumed UTC") == 1, e.time_anchor
+    assert e.time_anchor.startswith("year inferred: the dated lines around them in the same file; zone assumed UTC "
+                                    "(the stamps print no zone; pass --tz to change)"), e.time_anchor
+    assert set(records(store)["ts_source"]) == {"year_inferred", "zone_assumed"}
