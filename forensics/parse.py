@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import polars as pl
 
+from .ansi import strip_lines
 from .detect import Detection, detect
 from .formats import FORMATS, TEXT, LineFormat, StructuredFormat
 from .formats.base import Continuation, HookedFormat, PostContext, Stamp
@@ -259,7 +260,7 @@ def parse_text(text: str, fmt: str | None = None, path: str = "<example>", tz: s
     if len(formats) == 1 and isinstance(formats[0], StructuredFormat):
         recs, _ = parse_structured(formats[0], lines, ctx, final=True)
     else:
-        recs, _ = parse_lines(lines, formats, ctx, final=True)
+        recs, _ = parse_lines(strip_lines(lines)[0], formats, ctx, final=True)
     recs = normalise_batch(recs)
     from .timefix import SourceClock, fix_frame
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import polars as pl
 
 from . import __version__, profile
+from .ansi import strip_lines, strip_series
 from .anchor import BootAnchor, apply_anchor, boot_time_anchor, find_anchors
 from .detect import Detection, detect
 from .formats import FORMATS, StructuredFormat
@@ -251,7 +252,7 @@ def _sample_lines(src: Source) -> pl.Series:
     cut = data.rfind(b"\n")
     if cut > 0 and len(data) >= (256 << 10):
         data = data[:cut]
-    text = data.replace(b"\x00", b"").decode("utf-8", "replace").replace("\r\n", "\n")
+    text = data.replace(b"\x00", b"").decode("utf-8", "replace").replace("\r\n", "\n").removeprefix("\ufeff")
     return pl.Series(text.split("\n")[:4000], dtype=pl.String)
 
 
@@ -434,7 +435,7 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
     # host anchors (a year for year-less stamps from another source) are only needed, and only waited for, at the end
     clock = SourceClock(tz=opts.tz, year=opts.year, mtime=src.mtime, source_id=tmp_id)
     if not structured:
-        sample = _sample_lines(src)
+        sample = strip_series(_sample_lines(src))
         head = pl.DataFrame({"line": pl.int_range(1, sample.len() + 1, eager=True, dtype=pl.Int64), "text": sample})
         with HEAVY.hold():
             clock.decide_order(parse_lines(head, formats, ctx, final=True)[0])
@@ -460,6 +461,9 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
         try:
             for batch in read_batches(src, stats, BATCH_BYTES):
                 with HEAVY.hold():
+                    if not structured:  # a structured format's values are kept as written
+                        batch, n = strip_lines(batch)
+                        stats.ansi_lines += n
                     if carry.height:
                         batch = pl.concat([carry, batch])
                     recs, carry = (parse_structured(structured, batch, ctx, final=False) if structured
@@ -483,7 +487,7 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
             pending.pop().result()
     finally:
         behind.shutdown(wait=True, cancel_futures=True)
-    sha = stats.sha.hexdigest() if (stats.sha and src.compression is None) else raw_sha256(src)
+    sha = stats.sha.hexdigest() if (stats.sha and src.compression is None and not src.encoding) else raw_sha256(src)
     sid = sha[:16]
     if clock.wants_host_anchor():
         clock.anchors = dated() if dated else host_anchors(store)
@@ -623,6 +627,12 @@ def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: Read
                      f"`\ufffd<N NUL bytes>` markers")
     if stats.crlf:
         notes.append(f"{stats.crlf} line(s) ended in CRLF")
+    if src.encoding:
+        notes.append(f"{src.encoding.upper().replace('UTF-16-', 'UTF-16')} text, read as UTF-8 (line numbers are "
+                     f"the file's)")
+    if stats.ansi_lines:
+        notes.append(f"{stats.ansi_lines} line(s) held terminal colour codes (ANSI escape sequences), taken out "
+                     f"before parsing")
     notes.extend(_out_of_range(records_file))
     size = src.real.stat().st_size if src.real else len(src.stdin_data or b"")
     summary = _summary(records_file)

@@ -19,7 +19,9 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from .ansi import strip_text
 from .model import SourceInfo
+from .sources import SNIFF, sniff_encoding
 
 MAX_CONTEXT_FILE = 256 * 1024 * 1024
 CHUNK = 1 << 20
@@ -100,7 +102,7 @@ class FileLines(Sequence[str]):
                 nxt += 1
             b = self._find_fwd(self.starts[nxt] - 1) if nxt < len(self.starts) else self.size
             self.split[c] = self._bytes(a, b).split(b"\n")
-        return self.split[c][i - self.first[c]].decode("utf-8", errors="replace").rstrip("\r")
+        return strip_text(self.split[c][i - self.first[c]].decode("utf-8", errors="replace").rstrip("\r"))
 
 
 def _stat_key(path: Path, st: os.stat_result) -> str:
@@ -164,6 +166,9 @@ def read_source_file(src: SourceInfo, cache: Path | None = None) -> Sequence[str
             raw = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
     except Exception:  # noqa: BLE001 - a source we cannot reopen only loses its context lines
         return None
+    enc = sniff_encoding(raw[:SNIFF])
+    if enc:  # UTF-16 text, read as ingest read it (as UTF-8); no chunk index kept: its offsets are the file's
+        raw, note = raw.decode(enc, "replace").removeprefix("\ufeff").encode("utf-8", "replace"), None
     lines = FileLines(raw)
     if note is not None and _stat_key(path, os.stat(path)) == _stat_key(path, st):  # unchanged while read
         _keep(note, src.sha256.lower(), (lines.starts, lines.first, lines.n))

@@ -7,6 +7,7 @@ and NUL bytes handled, and handed on as a polars frame of (`line`, `text`) rows.
 from __future__ import annotations
 
 import bz2
+import codecs
 import glob
 import gzip
 import hashlib
@@ -18,7 +19,7 @@ import stat
 import struct
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -43,6 +44,7 @@ class Source:
     compression: str | None   # gzip, bzip2, xz, zstd or None
     mtime: float | None       # file mtime, or the gzip header mtime when set
     stdin_data: bytes | None = None
+    encoding: str | None = None  # `utf-16-le` / `utf-16-be`: read through a transcoder to UTF-8; None: UTF-8
 
     @property
     def display(self) -> str:
@@ -59,6 +61,7 @@ class ReadStats:
     nul_bytes: int = 0      # NUL bytes replaced by U+FFFD... counted here
     hole_bytes: int = 0     # ... of which in runs of HOLE or more, each kept as one `U+FFFD<N NUL bytes>` marker
     crlf: int = 0           # lines that ended in CRLF
+    ansi_lines: int = 0     # lines of a line format that held terminal escape sequences (taken out: `ansi`)
     sha: "hashlib._Hash | None" = None
 
 
@@ -78,7 +81,8 @@ def expand(inputs: list[str]) -> tuple[list[Source], list[str]]:
     errors: list[str] = []
     for item in inputs:
         if item == "-":
-            out.append(Source("-", None, None, None, stdin_data=sys.stdin.buffer.read()))
+            data = sys.stdin.buffer.read()
+            out.append(Source("-", None, None, None, stdin_data=data, encoding=sniff_encoding(data[:SNIFF])))
             continue
         paths = sorted(glob.glob(item)) if glob.has_magic(item) else [item]
         if not paths:
@@ -131,7 +135,81 @@ def _expand_path(p: str) -> tuple[list[Source], list[str]]:
     mtime = st.st_mtime
     if comp == "gzip":
         mtime = _gzip_mtime(path) or mtime
-    return [Source(p, path, comp, mtime)], []
+    src = Source(p, path, comp, mtime)
+    try:
+        with open_binary(src) as fh:
+            head = fh.read(SNIFF)
+    except (*_STREAM_ERRORS, zlib_error()):
+        return [src], []  # reading it reports the damage
+    enc = sniff_encoding(head)
+    return [replace(src, encoding=enc) if enc else src], []
+
+
+SNIFF = 4096  # bytes looked at for the text's encoding
+
+
+def sniff_encoding(head: bytes) -> str | None:
+    """`utf-16-le` or `utf-16-be` when the first bytes are UTF-16 text (Windows PowerShell 5's `>` and
+    `Out-File` write UTF-16LE with a byte order mark; a file without the mark shows a NUL beside nearly every
+    ASCII character), else None (UTF-8, or anything read as UTF-8 with replacement)."""
+    if head.startswith(b"\xff\xfe") and not head.startswith(b"\xff\xfe\x00\x00"):
+        return "utf-16-le"
+    if head.startswith(b"\xfe\xff"):
+        return "utf-16-be"
+    n = len(head) // 2 * 2
+    if n < 16:
+        return None
+    even, odd = head[0:n:2], head[1:n:2]
+    half = n // 2
+    if odd.count(0) >= 0.9 * half and even.count(0) <= 0.1 * half:
+        return "utf-16-le"
+    if even.count(0) >= 0.9 * half and odd.count(0) <= 0.1 * half:
+        return "utf-16-be"
+    return None
+
+
+class Transcoded(io.RawIOBase):
+    """A binary stream of UTF-16 text read as UTF-8 bytes (line ends are kept, so line numbers are the file's;
+    a byte order mark becomes UTF-8's; an unpaired surrogate or a cut last character becomes U+FFFD)."""
+
+    def __init__(self, raw: BinaryIO, encoding: str) -> None:
+        super().__init__()
+        self._raw = raw
+        self._dec = codecs.getincrementaldecoder(encoding)(errors="replace")
+        self._buf = b""
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _fill(self, n: int) -> None:
+        while (n < 0 or len(self._buf) < n) and not self._eof:
+            chunk = self._raw.read(max(2 * n, 1 << 16) if n >= 0 else -1)
+            if not chunk:
+                self._buf += self._dec.decode(b"", final=True).encode("utf-8")
+                self._eof = True
+            else:
+                self._buf += self._dec.decode(chunk).encode("utf-8", "replace")
+
+    def read(self, n: int | None = -1) -> bytes:
+        n = -1 if n is None else n
+        self._fill(n)
+        if n < 0:
+            out, self._buf = self._buf, b""
+        else:
+            out, self._buf = self._buf[:n], self._buf[n:]
+        return out
+
+    read1 = read
+
+    def readinto(self, b: bytearray) -> int:  # type: ignore[override]
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def _compression(path: Path) -> str | None:
@@ -159,6 +237,12 @@ def _gzip_mtime(path: Path) -> float | None:
 
 
 def open_binary(src: Source) -> BinaryIO:
+    """The source's bytes, decompressed, and as UTF-8 when its text is UTF-16."""
+    fh = _open_raw(src)
+    return Transcoded(fh, src.encoding) if src.encoding else fh  # type: ignore[return-value]
+
+
+def _open_raw(src: Source) -> BinaryIO:
     if src.real is None:
         return io.BytesIO(src.stdin_data or b"")
     if src.compression == "gzip":
@@ -254,7 +338,20 @@ def read_batches(src: Source, stats: ReadStats, block: int = BLOCK) -> Iterator[
 
     A reader thread reads, hashes and splits the next block while the caller works on this one (file reads,
     hashing and the splitter release the GIL); at most one block waits."""
-    return ahead(lambda: _read_batches(src, stats, block), name=f"read {src.display}")
+    return ahead(lambda: _without_bom(_read_batches(src, stats, block)), name=f"read {src.display}")
+
+
+def _without_bom(frames: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+    """The frames, line 1 without a leading byte order mark: it marks the encoding, and no format expects it
+    before a stamp, a banner or a JSON object."""
+    first = True
+    for df in frames:
+        if first and df.height:
+            first = False
+            head = df.get_column("text")[0] or ""
+            if head.startswith("\ufeff"):
+                df = df.with_columns(df.get_column("text").scatter(0, head[1:]))
+        yield df
 
 
 def _read_batches(src: Source, stats: ReadStats, block: int) -> Iterator[pl.DataFrame]:

@@ -154,3 +154,130 @@ def test_month_names_in_another_language_are_pointed_out(tmp_path: Path) -> None
     r = CliRunner().invoke(main, ["--store", str(tmp_path / "st"), "ingest", str(tmp_path / "j.log")])
     assert r.exit_code == 0, r.output
     assert "month in another language (`мая`)" in r.stderr and "LC_ALL=C journalctl" in r.stderr
+
+
+SEED_JOURNAL = Path(__file__).parent.parent / "samples" / "incident" / "journal-eagle3.log"
+SEED_DMESG = Path(__file__).parent.parent / "samples" / "incident" / "dmesg.log"
+_SAME = ["line", "ts", "ts_source", "host", "ident", "pid", "message", "format"]
+
+
+def _ingested(tmp_path: Path, name: str, data: bytes) -> tuple[Store, object]:
+    (tmp_path / name).write_bytes(data)
+    store = Store(tmp_path / f"s-{name}")
+    rep = ingest(store, [str(tmp_path / name)], IngestOptions())
+    assert not rep.failed, rep.results
+    return store, rep.results[0].entry
+
+
+def test_sniff_encoding_tells_utf16_from_utf8_and_from_holes() -> None:
+    from forensics.sources import sniff_encoding
+
+    text = "May 25 20:17:19 h systemd[1]: x.service: Main process exited, code=killed, status=9/KILL\n"
+    assert sniff_encoding(text.encode("utf-16")) == "utf-16-le"           # with its byte order mark
+    assert sniff_encoding(text.encode("utf-16-be")[:0] + b"\xfe\xff" + text.encode("utf-16-be")) == "utf-16-be"
+    assert sniff_encoding(text.encode("utf-16-le")) == "utf-16-le"        # no mark: a NUL beside every character
+    assert sniff_encoding(text.encode("utf-16-be")) == "utf-16-be"
+    assert sniff_encoding(text.encode()) is None
+    assert sniff_encoding(("\ufeff" + text).encode()) is None              # UTF-8's own mark
+    assert sniff_encoding(b"\x00" * 4096) is None                          # a hole of a half-written file
+    assert sniff_encoding(b"a\x00b\x00") is None                           # too short to tell
+    assert sniff_encoding("\ufeff".encode("utf-32-le") + text.encode("utf-32-le")) is None
+
+
+def test_a_utf16_journal_lands_as_its_utf8_copy_does(tmp_path: Path) -> None:
+    """Windows PowerShell 5 (`ssh host journalctl > x.log`, `Out-File`) writes UTF-16LE with a byte order mark:
+    it used to be read as UTF-8 with every other byte a NUL (detected as a journal, every line unparsed, no time,
+    no event). It is read through a transcoder: the same records and events as the UTF-8 file, the same line
+    numbers, said in the source's notes; its sha256 is the file's own bytes'."""
+    import hashlib
+
+    text = SEED_JOURNAL.read_text()
+    plain, pe = _ingested(tmp_path, "plain.log", text.encode())
+    for name, data in (("le-bom.log", text.encode("utf-16")), ("be.log", text.encode("utf-16-be")),
+                       ("le.log.gz", gzip.compress(text.encode("utf-16")))):
+        store, e = _ingested(tmp_path, name, data)
+        assert e.unparsed == pe.unparsed == 0 and e.records == pe.records and e.events == pe.events > 0
+        assert records(store).select(_SAME).equals(records(plain).select(_SAME)), name
+        assert any(n.startswith("UTF-16") and "read as UTF-8" in n for n in e.notes), e.notes
+        assert e.sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_utf16_on_stdin(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "forensics.cli", "--store", str(tmp_path / "s"), "ingest", "-"],
+                         input=LINES.encode("utf-16"), capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert "journal-short-iso (100%), 2 records, 0 unparsed" in out.stderr.decode(), out.stderr
+    assert records(Store(tmp_path / "s"))["message"].to_list() == ["a", "b"]
+
+
+def test_a_byte_order_mark_does_not_cost_the_first_line(tmp_path: Path) -> None:
+    """A UTF-8 byte order mark before journalctl's `-- Logs begin at` banner (or a JSON object) left line 1 to
+    no format; it is read as if the mark were not there."""
+    text = SEED_JOURNAL.read_text()
+    plain, pe = _ingested(tmp_path, "plain.log", text.encode())
+    store, e = _ingested(tmp_path, "bom.log", b"\xef\xbb\xbf" + text.encode())
+    assert e.unparsed == pe.unparsed == 0
+    assert records(store).select(_SAME).equals(records(plain).select(_SAME))
+    js = (Path(__file__).parent.parent / "samples" / "formats" / "journal-json.log").read_bytes()
+    _, je = _ingested(tmp_path, "j.log", js)
+    _, jb = _ingested(tmp_path, "jbom.log", b"\xef\xbb\xbf" + js)
+    assert jb.format == "journal-json" and jb.confidence == je.confidence and jb.records == je.records
+
+
+def _coloured(text: str) -> str:
+    """`dmesg --color=always`: the stamp in green, a bold-red error message, a reset."""
+    import re
+
+    out = []
+    for line in text.splitlines(True):
+        m = re.match(r"(\[[ \d.]+\])( .*)", line, re.S)
+        out.append(f"\x1b[32m{m.group(1)}\x1b[0m\x1b[1;31m{m.group(2).rstrip(chr(10))}\x1b[0m\n" if m else line)
+    return "".join(out)
+
+
+def test_terminal_colour_codes_are_taken_out_of_line_formats_and_counted(tmp_path: Path) -> None:
+    """`dmesg --color=always` (or any capture of a terminal) puts escape sequences around the stamp: the file
+    was `text (0%)` with one event. The sequences are taken out before detection and parsing: the same records
+    and events as the plain file, and a note counting the lines that held them."""
+    text = SEED_DMESG.read_text()
+    plain, pe = _ingested(tmp_path, "plain.log", text.encode())
+    store, e = _ingested(tmp_path, "colour.log", _coloured(text).encode())
+    assert e.format == "dmesg" and e.records == pe.records and e.events == pe.events > 0
+    assert records(store).select(_SAME).equals(records(plain).select(_SAME))
+    n = sum(1 for line in text.splitlines() if line.startswith("["))
+    assert f"{n} line(s) held terminal colour codes (ANSI escape sequences), taken out before parsing" in e.notes
+    assert not any("colour" in x for x in pe.notes)
+
+
+def test_colour_codes_in_explain_and_in_quoted_lines() -> None:
+    """`forensics explain` on a line pasted from a coloured terminal matches as the plain line does, and a
+    report quotes a coloured file's lines as they were read (no `\\x1b[32m` in the excerpt)."""
+    from forensics.ansi import strip_text
+    from forensics.match import explain
+    from forensics.parse import parse_text
+    from forensics.rulepacks import load_rules
+    from forensics.sourcefile import FileLines
+
+    line = "[44238.512345] Out of memory: Killed process 48213 (python3) total-vm:1kB, anon-rss:1kB, file-rss:0kB"
+    coloured = _coloured(line + "\n").rstrip("\n")
+    assert coloured != line and strip_text(coloured) == line
+    rules = load_rules()
+    got = explain(parse_text(coloured), rules)
+    want = explain(parse_text(line), rules)
+    assert got.matched and [e["rule"] for e in got.records[0].events] == [e["rule"] for e in want.records[0].events]
+    lines = FileLines(("plain\n" + coloured + "\n\x1b]0;title\x07\x1b[Kend\n").encode())
+    assert list(lines) == ["plain", line, "end", ""]
+    assert strip_text("lone \x1b here") == "lone \x1b here"   # not a sequence: kept
+
+
+def test_a_structured_formats_values_keep_their_escapes(tmp_path: Path) -> None:
+    """journalctl -o export keeps a coloured message as a binary field whose length counts the escape bytes:
+    the value is kept as written (the reader needs those bytes), not stripped."""
+    import struct
+
+    msg = b"\x1b[31mred alert\x1b[0m"
+    data = (b"__REALTIME_TIMESTAMP=1748204239000000\n_HOSTNAME=h\nSYSLOG_IDENTIFIER=app\nMESSAGE\n"
+            + struct.pack("<Q", len(msg)) + msg + b"\n\n")
+    store, e = _ingested(tmp_path, "x.export", data)
+    assert e.format == "journal-export" and not any("colour" in n for n in e.notes)
+    assert records(store)["message"].to_list() == [msg.decode()]
