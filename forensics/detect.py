@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from .ansi import strip_series
+from .podprefix import strip_series as pod_lines
 from .formats import FORMATS, TEXT, LineFormat, StructuredFormat
 from .formats.base import Continuation
 
@@ -46,7 +47,7 @@ def detect(lines: pl.Series, path: str = "", forced: str | None = None) -> Detec
     best_s, best_f = max(structured, key=lambda x: (x[0], -x[1].priority))
     if best_s >= 0.5:
         return Detection((best_f.name,), best_f.name, round(best_s, 3), ((best_f.name, round(best_s, 3)),))
-    lines = strip_series(lines)  # colour codes around a stamp or a level (line formats only)
+    lines = pod_lines(strip_series(lines))  # colour codes around a stamp or a level, kubectl's pod prefix
     nonblank = lines.filter(lines.str.strip_chars() != "")
     n = nonblank.len()
     if n == 0:

@@ -87,6 +87,34 @@ def _fill(recs: pl.DataFrame, col: str, mask: pl.Expr, value: pl.Expr) -> pl.Dat
     return recs.with_columns(recs[col].scatter(idx, vals))
 
 
+HOLD_MAX = 5_000  # lines of a traceback block still open at a batch's end held back for the next batch, at most
+
+
+def _runs() -> pl.Expr:
+    """Rows that may be part of a block (`_merge_journal_blocks`): a journal process's entries, a container's."""
+    return ((pl.col("format").is_in(list(JOURNAL_TEXT)) & pl.col("pid").is_not_null())
+            | (pl.col("format") == "container")).fill_null(False)
+
+
+def open_block(recs: pl.DataFrame) -> int | None:
+    """The first line of a traceback block that may go on past the end of this batch (its start, then only
+    lines of the same process that start no record of their own, up to the batch's last record), or None. The
+    stream parses such a block again with the next batch, so that it is merged whole and not cut at the batch
+    boundary (its last line, the exception, would be a record of its own)."""
+    tail = recs.tail(HOLD_MAX).select(*KEY, "line", "message", _runs().alias("_j"))
+    if tail.height == 0:
+        return None
+    starts = (tail.get_column("_j") & tail.get_column("message").str.contains(_BLOCK_RX).fill_null(False)).arg_true()
+    if starts.len() == 0:
+        return None
+    i = int(starts[-1])
+    head, rest = tail.row(i, named=True), tail.slice(i + 1)
+    same = pl.all_horizontal([pl.col(k).eq_missing(pl.lit(head[k], dtype=recs.schema[k])) for k in KEY])
+    goes_on = rest.select((pl.col("_j") & same & ~pl.col("message").str.contains(NEW_RECORD).fill_null(False))
+                          .all()).item()
+    return int(head["line"]) if goes_on else None
+
+
 def _merge_journal_blocks(recs: pl.DataFrame) -> pl.DataFrame:
     """A traceback logged through the journal is one entry per line; make it one record again.
 
@@ -99,9 +127,7 @@ def _merge_journal_blocks(recs: pl.DataFrame) -> pl.DataFrame:
     each row with the one before it, and only the runs holding a block start's literal are looked at further
     (a batch holds a hundred thousand lines and a handful of tracebacks)."""
     # a container's output (one process's stream, no pid) is such a run too
-    journal = ((pl.col("format").is_in(list(JOURNAL_TEXT)) & pl.col("pid").is_not_null())
-               | (pl.col("format") == "container")).fill_null(False)
-    flags = recs.select(journal.alias("_j"), pl.col("message").str.contains(_BLOCK_RX).fill_null(False).alias("_s"))
+    flags = recs.select(_runs().alias("_j"), pl.col("message").str.contains(_BLOCK_RX).fill_null(False).alias("_s"))
     starts = flags["_j"] & flags["_s"]
     if not starts.any():  # most batches: no traceback, no runs to find
         return recs

@@ -19,6 +19,7 @@ import polars as pl
 
 from .ansi import strip_lines
 from .detect import Detection, detect
+from .podprefix import Pods
 from .formats import FORMATS, TEXT, LineFormat, StructuredFormat
 from .formats.base import Continuation, HookedFormat, PostContext, Stamp
 from .schema import RECORD_SCHEMA, conform
@@ -260,7 +261,8 @@ def parse_text(text: str, fmt: str | None = None, path: str = "<example>", tz: s
     if len(formats) == 1 and isinstance(formats[0], StructuredFormat):
         recs, _ = parse_structured(formats[0], lines, ctx, final=True)
     else:
-        recs, _ = parse_lines(strip_lines(lines)[0], formats, ctx, final=True)
+        pods = Pods()  # kubectl logs --prefix: the pod names the host
+        recs = pods.name(parse_lines(pods.take(strip_lines(lines)[0]), formats, ctx, final=True)[0])
     recs = normalise_batch(recs)
     from .timefix import SourceClock, fix_frame
 

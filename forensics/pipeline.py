@@ -26,10 +26,11 @@ import polars as pl
 
 from . import __version__, profile
 from .ansi import strip_lines, strip_series
+from .podprefix import Pods, strip_series as pod_lines
 from .anchor import BootAnchor, apply_anchor, boot_time_anchor, find_anchors
 from .detect import Detection, detect
 from .formats import FORMATS, StructuredFormat
-from .normalise import normalise_batch
+from .normalise import normalise_batch, open_block
 from .timeparse import MONTHS
 from .timefix import EXTRA, SourceClock, YearAnchor
 from .parse import ParseContext, parse_lines, parse_structured, resolve
@@ -435,7 +436,7 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
     # host anchors (a year for year-less stamps from another source) are only needed, and only waited for, at the end
     clock = SourceClock(tz=opts.tz, year=opts.year, mtime=src.mtime, source_id=tmp_id)
     if not structured:
-        sample = strip_series(_sample_lines(src))
+        sample = pod_lines(strip_series(_sample_lines(src)))
         head = pl.DataFrame({"line": pl.int_range(1, sample.len() + 1, eager=True, dtype=pl.Int64), "text": sample})
         with HEAVY.hold():
             clock.decide_order(parse_lines(head, formats, ctx, final=True)[0])
@@ -458,16 +459,23 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
     lost = None
     try:
         carry = pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
+        pods = Pods()  # kubectl logs --prefix: the pod of each line, its records' host
         try:
             for batch in read_batches(src, stats, BATCH_BYTES):
                 with HEAVY.hold():
                     if not structured:  # a structured format's values are kept as written
                         batch, n = strip_lines(batch)
                         stats.ansi_lines += n
+                        batch = pods.take(batch)
                     if carry.height:
                         batch = pl.concat([carry, batch])
                     recs, carry = (parse_structured(structured, batch, ctx, final=False) if structured
                                    else parse_lines(batch, formats, ctx, final=False))
+                    recs = pods.name(recs)
+                    held = None if structured else open_block(recs)
+                    if held is not None:  # a traceback that may go on in the next batch: parsed again with it
+                        recs, carry = recs.filter(pl.col("line") < held), batch.filter(pl.col("line") >= held)
+                    pods.keep_from(carry)
                     del batch
                     recs = prepare(recs)
                 emit(recs)
@@ -481,10 +489,11 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
             with HEAVY.hold():
                 recs, _ = (parse_structured(structured, carry, ctx, final=True) if structured
                            else parse_lines(carry, formats, ctx, final=True))
-                recs = prepare(recs)
+                recs = prepare(pods.name(recs))
             emit(recs)
         while pending:
             pending.pop().result()
+        stats.pod_lines = pods.lines
     finally:
         behind.shutdown(wait=True, cancel_futures=True)
     sha = stats.sha.hexdigest() if (stats.sha and src.compression is None and not src.encoding) else raw_sha256(src)
@@ -630,6 +639,9 @@ def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: Read
     if src.encoding:
         notes.append(f"{src.encoding.upper().replace('UTF-16-', 'UTF-16')} text, read as UTF-8 (line numbers are "
                      f"the file's)")
+    if stats.pod_lines:
+        notes.append(f"{stats.pod_lines} line(s) behind kubectl's `[pod/NAME/CONTAINER]` prefix (logs --prefix): "
+                     f"the pod is the host of their records")
     if stats.ansi_lines:
         notes.append(f"{stats.ansi_lines} line(s) held terminal colour codes (ANSI escape sequences), taken out "
                      f"before parsing")

@@ -62,6 +62,7 @@ class ReadStats:
     hole_bytes: int = 0     # ... of which in runs of HOLE or more, each kept as one `U+FFFD<N NUL bytes>` marker
     crlf: int = 0           # lines that ended in CRLF
     ansi_lines: int = 0     # lines of a line format that held terminal escape sequences (taken out: `ansi`)
+    pod_lines: int = 0      # lines behind kubectl's `[pod/NAME/CONTAINER] ` prefix (taken off: `podprefix`)
     sha: "hashlib._Hash | None" = None
 
 

@@ -95,3 +95,60 @@ def test_a_line_of_another_format_is_no_part_of_a_journal_block() -> None:
     out = _merge_journal_blocks(frame(rows))
     assert out["line_end"].to_list() == [1, 2, 3, 5]
     assert out.equals(reference(frame(rows)))
+
+
+_TB = ["[2025-05-25 20:17:19 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+       '  File "/sgl/scheduler.py", line 2311, in run_scheduler_process',
+       "    scheduler.event_loop_overlap()",
+       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 5.24 GiB."]
+
+
+def _journal(before: int, after: int) -> str:
+    """A journal of one SGLang process: `before` lines, its crash logged line by line, `after` lines of systemd."""
+    head = [f"May 25 20:{10 + i // 600:02d}:{i // 10 % 60:02d} gpu-node-1 python3[48213]: "
+            f"[2025-05-25 20:{10 + i // 600:02d}:{i // 10 % 60:02d} TP0] Decode batch. #running-req: {i}"
+            for i in range(before)]
+    tb = [f"May 25 20:17:19 gpu-node-1 python3[48213]: {t}" for t in _TB]
+    tail = [f"May 25 20:17:2{i % 10} gpu-node-1 systemd[1]: sglang.service: Main process exited, code=exited, "
+            f"status=1/FAILURE" for i in range(after)]
+    return "\n".join(head + tb + tail) + "\n"
+
+
+def _crash_events(tmp_path, text: str, monkeypatch=None, batch: int | None = None):  # noqa: ANN001, ANN202
+    import forensics.pipeline as pipeline
+    from forensics.store import Store
+
+    if batch is not None:
+        monkeypatch.setattr(pipeline, "BATCH_BYTES", batch)
+    (tmp_path / "j.log").write_text(text)
+    store = Store(tmp_path / "s")
+    pipeline.ingest(store, [str(tmp_path / "j.log")], pipeline.IngestOptions())
+    recs = store.records().collect()
+    ev = store.events().collect()
+    return recs.filter(pl.col("message").str.contains("Traceback")), ev
+
+
+def test_a_traceback_at_the_end_of_a_file_is_one_record(tmp_path) -> None:  # noqa: ANN001
+    """A journal (or a container's log) that ends with the crash: the parser held the last line back in case the
+    next line continued it, and that line was parsed on its own, after the merge: the exception was a record of
+    its own, the scheduler's crash read `SGLang Scheduler crashed: ?` and no `python_traceback` event came."""
+    tbs, ev = _crash_events(tmp_path, _journal(20, 0))
+    assert tbs.height == 1 and tbs["message"][0].endswith(_TB[-1]) and tbs["line_end"][0] == 24
+    titles = dict(zip(ev["kind"], ev["title"]))
+    assert titles["scheduler_exception"] == "SGLang Scheduler crashed: torch.OutOfMemoryError"
+    assert "python_traceback" in titles
+
+
+def test_a_traceback_across_a_batch_cut_is_one_record(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """The same where a batch ends inside the traceback: the block is parsed again with the next batch."""
+    text = _journal(200, 30)
+    for cut in (len(text.split("Traceback")[0]) + 40, len(text.split("event_loop")[0]) + 5):
+        head = text[:cut].rsplit("\n", 1)[0].count("\n") + 1  # lines wholly before the cut
+        assert 200 < head < 205
+        d = tmp_path / str(cut)
+        d.mkdir()
+        tbs, ev = _crash_events(d, text, monkeypatch, batch=cut)
+        assert tbs.height == 1 and tbs["message"][0].endswith(_TB[-1]), tbs["message"].to_list()
+        titles = dict(zip(ev["kind"], ev["title"]))
+        assert titles["scheduler_exception"] == "SGLang Scheduler crashed: torch.OutOfMemoryError"
+        assert (ev["kind"] == "python_traceback").sum() == 1

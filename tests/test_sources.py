@@ -281,3 +281,68 @@ def test_a_structured_formats_values_keep_their_escapes(tmp_path: Path) -> None:
     store, e = _ingested(tmp_path, "x.export", data)
     assert e.format == "journal-export" and not any("colour" in n for n in e.notes)
     assert records(store)["message"].to_list() == [msg.decode()]
+
+
+def _pods_log(n: int = 400) -> str:
+    """`kubectl logs -l app=sglang --all-containers --prefix --timestamps`: without `-f` kubectl prints each pod's
+    log in turn; two pods, each crashing with a traceback."""
+    tb = ["[2025-05-25 20:17:19 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+          '  File "/sgl/scheduler.py", line 2311, in run_scheduler_process',
+          "    scheduler.event_loop_overlap()",
+          "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 5.24 GiB."]
+    lines = []
+    for pod in ("sglang-a-0", "sglang-b-0"):
+        for i in range(n):
+            lines.append(f"[pod/{pod}/sglang] 2025-05-25T20:{10 + i // 60:02d}:{i % 60:02d}.000000001Z "
+                         f"[2025-05-25 20:{10 + i // 60:02d}:{i % 60:02d} TP0] Decode batch. #running-req: {i}")
+        lines.extend(f"[pod/{pod}/sglang] 2025-05-25T20:17:19.500000001Z {t}" for t in tb)
+    return "\n".join(lines) + "\n"
+
+
+def test_kubectl_prefix_names_each_pods_records(tmp_path: Path, monkeypatch) -> None:
+    """`kubectl logs --prefix` puts `[pod/NAME/CONTAINER] ` before each line: the file was `text`. The prefix is
+    taken off before detection and parsing, and the pod is the host of the records (across batch cuts): each
+    pod's traceback is one record, each pod's crash its own event, and a note says so."""
+    import forensics.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "BATCH_BYTES", 8 << 10)  # many batches: pods carried over cuts
+    store, e = _ingested(tmp_path, "pods.log", _pods_log().encode())
+    assert e.format == "container" and e.unparsed == 0
+    assert any("kubectl's `[pod/NAME/CONTAINER]` prefix" in n and n.startswith("808 line(s)") for n in e.notes)
+    recs = records(store)
+    assert recs["host"].null_count() == 0
+    assert (recs.filter(pl.col("line") <= 404)["host"] == "sglang-a-0").all()
+    assert (recs.filter(pl.col("line") > 404)["host"] == "sglang-b-0").all()
+    tbs = recs.filter(pl.col("message").str.contains("Traceback"))
+    assert tbs.height == 2 and tbs["host"].to_list() == ["sglang-a-0", "sglang-b-0"]
+    assert all(m.count("\n") == 3 and m.endswith("Tried to allocate 5.24 GiB.") for m in tbs["message"])
+    ev = store.events().collect().filter(pl.col("kind") == "scheduler_exception")
+    assert sorted(ev["host"]) == ["sglang-a-0", "sglang-b-0"]
+
+
+def test_kubectl_prefix_of_interleaved_pods(tmp_path: Path, monkeypatch) -> None:
+    """With `-f` the pods' lines interleave: each line's record still takes its own pod as host."""
+    import forensics.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "BATCH_BYTES", 4 << 10)
+    a, b = [x for x in _pods_log(300).splitlines() if "Decode" in x][:300], \
+        [x for x in _pods_log(300).splitlines() if "Decode" in x][300:]
+    store, e = _ingested(tmp_path, "f.log", "".join(f"{x}\n{y}\n" for x, y in zip(a, b)).encode())
+    recs = records(store)
+    assert recs.height == 600 and e.unparsed == 0
+    assert recs.select((pl.col("host") == pl.when(pl.col("line") % 2 == 1).then(pl.lit("sglang-a-0"))
+                        .otherwise(pl.lit("sglang-b-0"))).all()).item()
+
+
+def test_kubectl_prefix_without_timestamps(tmp_path: Path) -> None:
+    """Without `--timestamps` the prefix is followed by the process's own line: SGLang's, with its stamp."""
+    text = "".join(f"[pod/sglang-a-0/sglang] {x}\n" for x in
+                   ("[2025-05-25 20:17:19 TP0] Load weight begin. avail mem=78.53 GB",
+                    "[2025-05-25 20:18:02] The server is fired up and ready to roll!"))
+    store, e = _ingested(tmp_path, "p.log", text.encode())
+    assert e.format == "sglang" and e.unparsed == 0 and e.host == "sglang-a-0"
+    ev = store.events().collect()
+    assert "server_ready" in ev["kind"].to_list() and set(ev["host"]) == {"sglang-a-0"}
+    from forensics.parse import parse_text
+
+    assert parse_text(text)["host"].to_list() == ["sglang-a-0"] * 2
