@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from collections import Counter
@@ -135,8 +136,9 @@ def _plan(inputs: list[str], opts: IngestOptions, report: IngestReport) -> list[
         try:
             kind = binary_kind(head_bytes(src, 64 << 10))
             if kind and not opts.fmt:
-                raise SourceError(f"{src.display}: not a text log ({kind}); nothing ingested from it. If it "
-                                  f"really is a log, force a format with --format")
+                fix = ARCHIVE_FIX.get(kind, "If it really is a log, force a format with --format").format(
+                    file=shlex.quote(src.display))
+                raise SourceError(f"{src.display}: not a text log ({kind}); nothing ingested from it. {fix}")
             sample = _sample_lines(src)
             planned.append((src, detect(sample, src.display, forced=opts.fmt)))
         except SourceError as e:
@@ -232,16 +234,40 @@ BINARY_MAGIC = ((b"\x7fELF", "an ELF executable"), (b"\x89PNG\r\n\x1a\n", "a PNG
                                                                   "(read it with `journalctl --file F -o json`)"))
 
 
+TAR = "a tar archive"
+# an archive's logs are files of their own (each with its format, host and line numbers): they are not read as
+# one text glued from the members and the archive's headers (a sosreport's `.tar.xz` was one `journal-short` source)
+ARCHIVE_FIX = {TAR: "Extract it (`tar xf {file}`) and ingest the logs in it (a directory is read recursively: "
+                    "`forensics ingest DIR`)",
+               "a zip archive": "Extract it (`unzip {file}`) and ingest the logs in it (a directory is read "
+                                "recursively: `forensics ingest DIR`)"}
+
+
 def binary_kind(head: bytes) -> str | None:
-    """What a source is when it is plainly not text: a known magic number, or mostly control bytes."""
+    """What a source is when it is plainly not text: a known magic number (a tar archive's, POSIX or GNU, at
+    byte 257 of its first header), or mostly control bytes."""
     for magic, name in BINARY_MAGIC:
         if head.startswith(magic):
             return name
+    if head[257:262] == b"ustar" and _tar_checksum_ok(head[:512]):
+        return TAR
     if not head:
         return None
     text = head.replace(b"\x00", b"")  # NUL holes are handled as text (a half-written log)
     ctrl = sum(1 for b in text[:65536] if b < 9 or 13 < b < 32)
     return "binary data" if text and ctrl > 0.3 * min(len(text), 65536) else None
+
+
+def _tar_checksum_ok(header: bytes) -> bool:
+    """A tar header's checksum (octal, bytes 148-155) is the sum of its 512 bytes with that field as spaces: a
+    text that merely holds `ustar` at byte 257 is not taken for an archive."""
+    if len(header) < 512:
+        return False
+    try:
+        want = int(header[148:156].replace(b"\x00", b" ").strip() or b"x", 8)
+    except ValueError:
+        return False
+    return want == sum(header[:148]) + 8 * 32 + sum(header[156:512])
 
 
 def _needs_year(det: Detection) -> bool:

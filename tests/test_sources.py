@@ -346,3 +346,39 @@ def test_kubectl_prefix_without_timestamps(tmp_path: Path) -> None:
     from forensics.parse import parse_text
 
     assert parse_text(text)["host"].to_list() == ["sglang-a-0"] * 2
+
+
+def test_an_archive_is_refused_with_how_to_read_its_logs(tmp_path: Path) -> None:
+    """A sosreport's `.tar.xz` (or any tar, zip) was read as one text glued from its members and its headers:
+    one `journal-short` source citing lines of the archive. It is refused, naming the file and how to extract it;
+    the other inputs land, the exit is 1. A text holding `ustar` where a tar header has it is still a text."""
+    import io
+    import tarfile
+    import zipfile
+
+    def tar_bytes() -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tf:
+            data = SEED_JOURNAL.read_bytes()
+            info = tarfile.TarInfo("var/log/journal.txt")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        return buf.getvalue()
+
+    (tmp_path / "sos.tar.xz").write_bytes(lzma.compress(tar_bytes()))
+    (tmp_path / "plain.tar").write_bytes(tar_bytes())
+    with zipfile.ZipFile(tmp_path / "logs.zip", "w") as zf:
+        zf.writestr("journal.txt", SEED_JOURNAL.read_text())
+    odd = "x" * 257 + "ustar  and then some text\n"
+    (tmp_path / "odd.log").write_text(odd * 3)
+    (tmp_path / "ok.log").write_text(LINES)
+    store = Store(tmp_path / "s")
+    rep = ingest(store, [str(tmp_path / n) for n in ("sos.tar.xz", "plain.tar", "logs.zip", "odd.log", "ok.log")],
+                 IngestOptions())
+    by = {Path(r.path).name: r for r in rep.results}
+    for name, fix in (("sos.tar.xz", "tar xf"), ("plain.tar", "tar xf"), ("logs.zip", "unzip")):
+        assert by[name].status == "failed", name
+        err = by[name].error or ""
+        assert f"{name}: not a text log (a " in err and "archive); nothing ingested" in err
+        assert f"(`{fix} {tmp_path / name}`)" in err and "`forensics ingest DIR`" in err
+    assert by["odd.log"].status == "ingested" and by["ok.log"].status == "ingested" and rep.failed
