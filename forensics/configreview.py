@@ -622,7 +622,7 @@ def tp_note(flags: Mapping[str, str], hw: Hardware) -> str:
     if tp is None or not hw.gpus_seen:
         return ""
     if int(tp) == hw.gpus_seen:
-        return f"Matches the {hw.gpus_seen} GPUs seen ({hw.gpus_from})."
+        return f"Matches the {hw.gpus_seen} GPU{'s' if hw.gpus_seen != 1 else ''} seen ({hw.gpus_from})."
     return (f"The logs show {hw.gpus_seen} GPU(s) ({hw.gpus_from}) but --tp-size is {int(tp)}: "
             "check that every rank started and that the GPUs count is what the server expects.")
 

@@ -201,7 +201,7 @@ def fingerprint_records(records: pl.DataFrame, evs: Sequence[EventView], kn: Kno
             desc += f" (inferred: the only {sm} GPU with more than {max(avail):g} GB free at start)"
         put("gpu", desc, src_gpu)
     elif count:
-        put("gpu", f"{count} GPUs" + (f" ({sm})" if sm else ""), count_from)
+        put("gpu", f"{count} GPU{'s' if count != 1 else ''}" + (f" ({sm})" if sm else ""), count_from)
     for key in ("driver",):
         if key in found:
             put(key, *found[key])

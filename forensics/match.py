@@ -32,6 +32,7 @@ import regex
 
 from .literals import search_groups
 from .rulepacks import (
+    ASIDE,
     CAST_NAMES,
     Context,
     Direction,
@@ -39,7 +40,8 @@ from .rulepacks import (
     Location,
     Rule,
     RuleSet,
-    render,
+    aside_names,
+    render_title,
     size_fields,
     split_flags,
     wrap,
@@ -680,24 +682,45 @@ def _cast_expr(name: str, cast: str | None) -> pl.Expr:
 
 
 def _title_expr(template: str, fields: Sequence[str]) -> pl.Expr:
-    """`render()` as a polars expression: fields, then the event columns, missing or null as `?`."""
+    """`render_title()` as a polars expression: fields, then the event columns, missing or null as `?`; a
+    parenthesised aside naming a missing one left out."""
+    parts: list[pl.Expr] = []
+    at = 0
+    for m in ASIDE.finditer(template):
+        parts.extend(_template_parts(template[at:m.start()], fields))
+        names = aside_names(m.group(1))
+        inner = _template_parts(m.group(0), fields)
+        if names and inner:
+            known = pl.all_horizontal([_value_expr(n, fields).is_not_null() for n in names])
+            parts.append(pl.when(known).then(pl.concat_str(inner)).otherwise(pl.lit("")))
+        else:
+            parts.extend(inner)
+        at = m.end()
+    parts.extend(_template_parts(template[at:], fields))
+    return pl.concat_str(parts) if parts else pl.lit("")
+
+
+def _value_expr(name: str, fields: Sequence[str]) -> pl.Expr:
+    """A title placeholder's value: the event's unit or pid, a field, another event column; null when none."""
+    if name in ("unit", "pid"):
+        return pl.col(f"__e_{name}").cast(pl.String)
+    if name in fields:
+        return pl.col(f"__f_{name}").cast(pl.String)
+    if name in ("host", "rank", "rule", "kind"):
+        return pl.col(f"__e_{name}").cast(pl.String)
+    return pl.lit(None, dtype=pl.String)
+
+
+def _template_parts(template: str, fields: Sequence[str]) -> list[pl.Expr]:
     import string
 
     parts: list[pl.Expr] = []
     for literal, name, _spec, _conv in string.Formatter().parse(template):
         if literal:
             parts.append(pl.lit(literal))
-        if name is None:
-            continue
-        if name in ("unit", "pid"):
-            parts.append(pl.col(f"__e_{name}").cast(pl.String).fill_null("?"))
-        elif name in fields:
-            parts.append(pl.col(f"__f_{name}").cast(pl.String).fill_null("?"))
-        elif name in ("host", "rank", "rule", "kind"):
-            parts.append(pl.col(f"__e_{name}").cast(pl.String).fill_null("?"))
-        else:
-            parts.append(pl.lit("?"))
-    return pl.concat_str(parts) if parts else pl.lit("")
+        if name is not None:
+            parts.append(_value_expr(name, fields).fill_null("?"))
+    return parts
 
 
 def _events_vectorised(rule: Rule, hits: pl.DataFrame, sub: pl.DataFrame) -> pl.DataFrame:
@@ -750,7 +773,7 @@ def _events_python(rule: Rule, found: dict[int, _Found], cand: pl.DataFrame, rul
         out[ROW].append(row)
         out["__unit"].append(unit)
         out["__pid"].append(pid)
-        out["title"].append(render(rule.title, values))
+        out["title"].append(render_title(rule.title, values))
         out["fields"].append(_fields_json(fields))
         out["__line"].append(f.line)
         out["__end"].append(f.line_end)

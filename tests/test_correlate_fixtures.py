@@ -77,7 +77,8 @@ def test_every_correlation_has_both_kinds_of_fixture() -> None:
 
 
 def test_statements_leave_no_placeholder_on_their_own_fixtures() -> None:
-    """A statement filled from a timeline where the correlation fires names every value it promises."""
+    """A statement (and a headline) filled from a timeline where the correlation fires names every value it
+    promises, or leaves out the aside that would name a value the timeline does not hold."""
     for c in load_correlations():
         for f in c.fixtures.must_fire:
             fx = load_timeline(TIMELINES / f)
@@ -87,6 +88,7 @@ def test_statements_leave_no_placeholder_on_their_own_fixtures() -> None:
                 if hit.rules[0] == c.id:
                     assert "{" not in hit.conclusion.statement or fx.description.startswith("The seed"), \
                         (c.id, f, hit.conclusion.statement)
+                    assert "{" not in hit.headline or fx.description.startswith("The seed"), (c.id, f, hit.headline)
 
 
 def test_a_gpu_lost_twice_is_one_conclusion() -> None:

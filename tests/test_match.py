@@ -737,3 +737,42 @@ def test_only_ident_and_the_literals_it_selects(rules: RuleSet) -> None:
     context = {x for r in rules.rules for c in r.context if not c.ignore_case for x in c.literals}
     assert context and context <= sglang      # a context line may come from any identifier
     assert ".service: Deactivated successfully." in rules.literals(False, match._admits_ident("systemd"))
+
+
+def test_a_title_aside_naming_a_missing_field_is_left_out(tmp_path: Path) -> None:
+    """A parenthesised aside of a title that names a field with no value is left out, in the vectorised path and
+    in the Python one alike (`(code {code})` when the line shows no code); an aside whose fields all have values
+    stays, and a missing field outside an aside is still `?`."""
+    p = tmp_path / "t.yaml"
+    p.write_text("""pack: t
+rules:
+  - id: t.exit
+    kind: service_exited
+    severity: warning
+    role: symptom
+    pattern: '(?P<unit>\\S+\\.service) exited(?: with code (?P<code>\\d+))?(?: on (?P<node>\\w+))?'
+    title: '{unit} exited (code {code}) on {node} (pid {pid})'
+    explain: x
+    examples:
+      match: ['a.service exited with code 3']
+      near_miss: ['a.service started']
+""")
+    rules = RuleSet(rules=load_pack(p).rules)
+    text = ("May 25 20:17:19 h app[7]: a.service exited with code 3 on n1\n"
+            "May 25 20:17:20 h app[8]: b.service exited\n")
+    recs = parse_text(text, "journal-short")
+    for vectorise in (True, False):
+        titles = match_records(recs, rules, vectorise=vectorise).sort("line")["title"].to_list()
+        assert titles == ["a.service exited (code 3) on n1 (pid 7)", "b.service exited on ? (pid 8)"], vectorise
+
+
+def test_a_cuda_oom_without_the_gpu_figures_reads_cleanly() -> None:
+    """A CUDA OOM line that names only the allocation: no `GPU ?: ... ? free of ?` in its title."""
+    rules = load_rules(env={})
+    short = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 5.24 GiB."
+    full = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has a total capacity of "
+            "79.19 GiB of which 471.69 MiB is free.")
+    ev = match_records(parse_text(f"{short}\n{full}\n", "text"), rules).sort("line")
+    titles = ev.filter(pl.col("kind") == "cuda_oom")["title"].to_list()
+    assert titles == ["CUDA out of memory: tried to allocate 5.24 GiB",
+                      "CUDA out of memory: tried to allocate 1.16 GiB (GPU 0: 471.69 MiB free of 79.19 GiB)"]
