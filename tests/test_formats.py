@@ -270,3 +270,20 @@ def test_syslog_rfc5424_fields() -> None:
     assert recs["message"][5] == "sglang.service: Failed with result 'oom-kill'."
     assert recs["ts"][5].isoformat() == "2025-05-25T20:17:19.418877+00:00" and recs["ts_source"][5] == "exact"
     assert recs.select("ts", "host", "ident", "message").row(6) == (None, None, "logger", "a line sent with no time and no host")
+
+
+def test_c10_log_prefix_with_an_unpadded_month() -> None:
+    """PyTorch's own c10 logger (its wheels are built without glog) prints the month unpadded: `[E525 ...]` on May
+    25, `[E1225 ...]` on December 25; glog pads it (`E0525`). Each is a record of its own with its own time: an
+    NCCL watchdog line in an SGLang log was glued to the SGLang record before it, at that record's time."""
+    text = ("[2025-05-25 20:17:00 TP0] Load weight begin. avail mem=78.53 GB\n"
+            "[rank1]:[E525 20:17:19.061727749 ProcessGroupNCCL.cpp:683] [Rank 1] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=78, OpType=BROADCAST, NumelIn=80, NumelOut=80, "
+            "Timeout(ms)=600000) ran for 600096 milliseconds before timing out.\n"
+            "[rank7]:[E0525 20:17:20.000000 ProcessGroupNCCL.cpp:1414] glog padded\n"
+            "[E1225 23:59:59.000000001 ProcessGroupNCCL.cpp:10] december\n")
+    recs = parse_text(text, year=2025)
+    assert recs["format"].to_list() == ["sglang", "glog", "glog", "glog"]
+    assert [t.strftime("%m-%d %H:%M:%S") for t in recs["ts"]] == ["05-25 20:17:00", "05-25 20:17:19",
+                                                                   "05-25 20:17:20", "12-25 23:59:59"]
+    assert recs["rank"].to_list()[1:3] == ["1", "7"]

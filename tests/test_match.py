@@ -776,3 +776,15 @@ def test_a_cuda_oom_without_the_gpu_figures_reads_cleanly() -> None:
     titles = ev.filter(pl.col("kind") == "cuda_oom")["title"].to_list()
     assert titles == ["CUDA out of memory: tried to allocate 5.24 GiB",
                       "CUDA out of memory: tried to allocate 1.16 GiB (GPU 0: 471.69 MiB free of 79.19 GiB)"]
+
+
+def test_titles_of_an_exception_without_a_message_and_of_a_reboot_line() -> None:
+    """An exception Python prints without a message (`asyncio.exceptions.CancelledError`, common at shutdown) is
+    titled as Python printed it, not `...CancelledError: ?`; journalctl's `-- Reboot --` names no boot id."""
+    rules = load_rules(env={})
+    tb = ('[2025-05-25 20:17:19] Traceback (most recent call last):\n  File "/sgl/x.py", line 3, in run\n'
+          '    await q.get()\nasyncio.exceptions.CancelledError\n')
+    ev = match_records(parse_text(tb), rules)
+    assert ev.filter(pl.col("kind") == "python_traceback")["title"].to_list() == ["asyncio.exceptions.CancelledError"]
+    ev = match_records(parse_text("-- Reboot --\nMay 25 20:17:19 h systemd[1]: Started x.service.\n"), rules)
+    assert "new boot" in ev["title"].to_list()
