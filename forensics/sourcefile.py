@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from .ansi import strip_text
 from .model import SourceInfo
 from .sources import SNIFF, sniff_encoding
 
@@ -102,7 +101,7 @@ class FileLines(Sequence[str]):
                 nxt += 1
             b = self._find_fwd(self.starts[nxt] - 1) if nxt < len(self.starts) else self.size
             self.split[c] = self._bytes(a, b).split(b"\n")
-        return strip_text(self.split[c][i - self.first[c]].decode("utf-8", errors="replace").rstrip("\r"))
+        return self.split[c][i - self.first[c]].decode("utf-8", errors="replace").rstrip("\r")
 
 
 def _stat_key(path: Path, st: os.stat_result) -> str:

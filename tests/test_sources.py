@@ -249,14 +249,13 @@ def test_terminal_colour_codes_are_taken_out_of_line_formats_and_counted(tmp_pat
     assert not any("colour" in x for x in pe.notes)
 
 
-def test_colour_codes_in_explain_and_in_quoted_lines() -> None:
+def test_colour_codes_in_explain_and_in_quoted_lines(tmp_path: Path) -> None:
     """`forensics explain` on a line pasted from a coloured terminal matches as the plain line does, and a
     report quotes a coloured file's lines as they were read (no `\\x1b[32m` in the excerpt)."""
     from forensics.ansi import strip_text
     from forensics.match import explain
     from forensics.parse import parse_text
     from forensics.rulepacks import load_rules
-    from forensics.sourcefile import FileLines
 
     line = "[44238.512345] Out of memory: Killed process 48213 (python3) total-vm:1kB, anon-rss:1kB, file-rss:0kB"
     coloured = _coloured(line + "\n").rstrip("\n")
@@ -265,9 +264,20 @@ def test_colour_codes_in_explain_and_in_quoted_lines() -> None:
     got = explain(parse_text(coloured), rules)
     want = explain(parse_text(line), rules)
     assert got.matched and [e["rule"] for e in got.records[0].events] == [e["rule"] for e in want.records[0].events]
-    lines = FileLines(("plain\n" + coloured + "\n\x1b]0;title\x07\x1b[Kend\n").encode())
-    assert list(lines) == ["plain", line, "end", ""]
+    assert strip_text("\x1b]0;title\x07\x1b[Kend") == "end"
     assert strip_text("lone \x1b here") == "lone \x1b here"   # not a sequence: kept
+    inc = tmp_path / "incident"
+    inc.mkdir()
+    (inc / "dmesg.log").write_text(_coloured(SEED_DMESG.read_text()))
+    (inc / "journal-eagle3.log").write_text(SEED_JOURNAL.read_text())
+    store = tmp_path / "s"
+    for args in (["ingest", str(inc)], ["report", "--incident", "2025-05-25", "-o", str(tmp_path / "r.md")]):
+        out = subprocess.run([sys.executable, "-m", "forensics.cli", "--store", str(store), *args],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+    report = (tmp_path / "r.md").read_text()
+    assert "invoked oom-killer" in report and "dmesg.log:" in report
+    assert "\x1b" not in report and "\\x1b" not in report and "[32m" not in report
 
 
 def test_a_structured_formats_values_keep_their_escapes(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from forensics.ansi import strip_text
 from forensics.model import Evidence, Incident, SourceInfo
 from forensics.render.options import ReportOptions, SourceReader
 
@@ -93,7 +94,9 @@ def build_excerpts(incident: Incident, context: int, reader: SourceReader | None
         if file_lines is not None and last <= len(file_lines):
             cited = {n for e in block for n in range(e.line, max(e.line_end, e.line) + 1)}
             lo, hi = max(1, first - context), min(len(file_lines), last + context)
-            lines = tuple(ExcerptLine(n, file_lines[n - 1].rstrip("\r\n"), n in cited) for n in range(lo, hi + 1))
+            # as ingest read them: terminal colour codes out (a coloured dmesg's stamps)
+            lines = tuple(ExcerptLine(n, strip_text(file_lines[n - 1].rstrip("\r\n")), n in cited)
+                          for n in range(lo, hi + 1))
             out.append(Excerpt(path, lo, hi, lines, notes, True))
         else:
             merged: dict[int, ExcerptLine] = {}
