@@ -293,10 +293,12 @@ def explain_cmd(line: str | None, file_: str | None, line_no: int | None, fmt: s
         raise click.UsageError("--file needs --line N")
     rs = _load(rules_dirs)
     if file_ is not None:
-        try:
-            text = Path(file_).read_text(encoding="utf-8", errors="replace")
-        except OSError as e:
-            click.echo(f"error: cannot read {file_}: {e}", err=True)
+        from .sources import SourceError, read_text
+
+        try:  # as ingest reads it: compressed, UTF-16
+            text = read_text(file_)
+        except SourceError as e:
+            click.echo(f"error: {e}", err=True)
             sys.exit(2)
         n_lines = text.count("\n") + (0 if text.endswith("\n") else 1)
         if not 1 <= line_no <= max(n_lines, 1):

@@ -149,6 +149,20 @@ def _expand_path(p: str) -> tuple[list[Source], list[str]]:
 SNIFF = 4096  # bytes looked at for the text's encoding
 
 
+def read_text(path: str) -> str:
+    """A whole file's text as ingest reads it: decompressed, UTF-16 transcoded, invalid UTF-8 replaced, a leading
+    byte order mark dropped (for `forensics explain --file`). Raises SourceError naming the file."""
+    srcs, errs = expand([path])
+    if errs or not srcs:
+        raise SourceError(errs[0] if errs else f"{path}: nothing to read")
+    try:
+        with open_binary(srcs[0]) as fh:
+            data = fh.read()
+    except (*_STREAM_ERRORS, zlib_error()) as e:
+        raise SourceError(f"{path}: cannot read ({e})") from e
+    return data.decode("utf-8", "replace").removeprefix("\ufeff")
+
+
 def sniff_encoding(head: bytes) -> str | None:
     """`utf-16-le` or `utf-16-be` when the first bytes are UTF-16 text (Windows PowerShell 5's `>` and
     `Out-File` write UTF-16LE with a byte order mark; a file without the mark shows a NUL beside nearly every

@@ -540,6 +540,19 @@ def test_cli_explain(cli: click.Group, tmp_path: Path) -> None:
     (rec,) = json.loads(res.output)
     kill = [e for e in rec["events"] if e["kind"] == "oom_kill"][0]
     assert kill["line"] == 1 and kill["line_end"] == 5 and kill["fields"]["trigger_process"] == "python3"
+    # --file reads the file as ingest does: compressed, UTF-16 (it was read as UTF-8 text: `D e c   3 1 ...`)
+    import gzip
+
+    text = f.read_text()
+    for name, data in (("k.log.gz", gzip.compress(text.encode())), ("k16.log", text.encode("utf-16"))):
+        (tmp_path / name).write_bytes(data)
+        res = run.invoke(cli, ["explain", "--file", str(tmp_path / name), "--line", "4", "--json"])
+        assert res.exit_code == 0, (name, res.output)
+        assert [_no_source(r) for r in json.loads(res.output)] == [_no_source(rec)], name
+
+
+def _no_source(rec: dict) -> dict:
+    return {**rec, "events": [{k: v for k, v in e.items() if k != "source"} for e in rec["events"]]}
 
 
 def _events_frame() -> pl.DataFrame:
