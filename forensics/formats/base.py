@@ -145,6 +145,14 @@ def text_records(rows: pl.DataFrame) -> pl.DataFrame:
                        pl.lit(TimeSource.NONE.value).alias("ts_source"), pl.lit("text").alias("format"))
 
 
+def with_text_records(records: pl.DataFrame | None, others: pl.DataFrame) -> pl.DataFrame:
+    """A batch's records (None: none) and its other lines as `text_records`, in line order."""
+    parts = [p for p in (records, text_records(others) if others.height else None) if p is not None]
+    if not parts:
+        return no_records()
+    return pl.concat(parts, how="diagonal_relaxed").sort("line") if len(parts) > 1 else parts[0].sort("line")
+
+
 def hold_back(marked: pl.DataFrame, lines: pl.DataFrame, mark: str, final: bool,
               after: bool = False) -> tuple[pl.DataFrame | None, pl.DataFrame]:
     """Where a structured format's batch is cut: (the rows of `marked` it parses now, the `lines` it carries into

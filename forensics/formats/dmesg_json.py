@@ -14,7 +14,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..schema import TimeSource
-from .base import Continuation, PostContext, Stamp, StructuredFormat, hold_back, no_records, text_records
+from .base import Continuation, PostContext, Stamp, StructuredFormat, hold_back, no_records, with_text_records
 
 OPEN = r"^\s*(?:\},\s*)?\{$"                      # a record opens: `{`, or `},{` after the one before
 MEMBER = r'^\s*"(?P<key>pri|fac|time|caller|msg)"\s*:\s*(?P<value>.*?),?$'
@@ -39,12 +39,7 @@ class DmesgJson(StructuredFormat):
         marked = marked.with_columns(pl.col("_open").cum_sum().alias("_obj"))
         members = marked.filter(pl.col("_member") & (pl.col("_obj") > 0))
         others = marked.filter(~pl.col("_member") & ~pl.col("_open") & ~text.str.contains(FRAME).fill_null(False))
-        recs = [self._records(members, marked)] if members.height else []
-        if others.height:
-            recs.append(text_records(others))
-        if not recs:
-            return no_records(), carry
-        return pl.concat(recs, how="diagonal_relaxed").sort("line"), carry
+        return with_text_records(self._records(members, marked) if members.height else None, others), carry
 
     def _records(self, members: pl.DataFrame, marked: pl.DataFrame) -> pl.DataFrame:
         kv = members.with_columns(pl.col("text").str.extract_groups(MEMBER).alias("_g")).unnest("_g")

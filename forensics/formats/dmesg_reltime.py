@@ -16,7 +16,7 @@ import polars as pl
 
 from ..schema import TimeSource
 from ..timeparse import MONTHS, stamp_columns
-from .base import Continuation, PostContext, Stamp, StructuredFormat, hold_back, no_records, text_records
+from .base import Continuation, PostContext, Stamp, StructuredFormat, hold_back, no_records, with_text_records
 
 MINUTE = rf"^\[(?P<mon>{'|'.join(MONTHS)}) ?(?P<day>\d{{1,2}}) (?P<hm>\d{{2}}:\d{{2}})\] ?(?P<msg>.*)$"
 DELTA = r"^\[ *(?P<delta>[-+]\d+\.\d{6})\] ?(?P<msg>.*)$"
@@ -44,16 +44,9 @@ class DmesgReltime(StructuredFormat):
             return no_records(), carry
         marked = marked.with_columns((pl.col("_m") | pl.col("_d")).cum_sum().alias("_rec"),
                                      pl.col("_m").cum_sum().alias("_run"))
-        recs = []
         body = marked.filter(pl.col("_rec") > 0)
-        if body.height:
-            recs.append(self._records(body, ctx))
         before = marked.filter(pl.col("_rec") == 0)   # lines before the first record: not dmesg's
-        if before.height:
-            recs.append(text_records(before))
-        if not recs:
-            return no_records(), carry
-        return pl.concat(recs, how="diagonal_relaxed").sort("line"), carry
+        return with_text_records(self._records(body, ctx) if body.height else None, before), carry
 
     def _records(self, body: pl.DataFrame, ctx: PostContext) -> pl.DataFrame:
         heads = (body.group_by("_rec", maintain_order=True)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from .base import Continuation, PostContext, Stamp, StructuredFormat, hold_back, no_records, text_records
+from .base import Continuation, PostContext, Stamp, StructuredFormat, hold_back, no_records, with_text_records
 from .journal_json import RECORD_FIELDS, records_from_fields
 
 FIELD = r"^(?P<name>[A-Z_][A-Z0-9_]*)=(?P<value>.*)$"
@@ -125,12 +125,7 @@ class JournalExport(StructuredFormat):
         entries = entries.filter(has_field)
         others = marked.filter((pl.col("_role") == "stray")
                                | ~pl.col("line").is_in(entries.get_column("line").implode()))
-        recs = [self._entries(entries)] if entries.height else []
-        if others.height:
-            recs.append(text_records(others))
-        if not recs:
-            return no_records(), carry
-        return pl.concat(recs, how="diagonal_relaxed").sort("line"), carry
+        return with_text_records(self._entries(entries) if entries.height else None, others), carry
 
     def _entries(self, rows: pl.DataFrame) -> pl.DataFrame:
         # a text field is its own line; a binary one its name's line and its value's, decoded one by one (few)

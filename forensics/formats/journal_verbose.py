@@ -14,7 +14,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..timeparse import stamp_columns
-from .base import Continuation, PostContext, Stamp, StructuredFormat, hold_back, no_records, text_records
+from .base import Continuation, PostContext, Stamp, StructuredFormat, hold_back, no_records, with_text_records
 from .journal_json import ENTRY_FIELDS, entry_columns
 
 HEADER = (r"^(?P<stamp>(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) )?(?P<date>\d{4}-\d{2}-\d{2}) "
@@ -50,12 +50,7 @@ class JournalVerbose(StructuredFormat):
         marked = marked.with_columns(pl.col("_h").first().over("_seg").alias("_entry"))
         entries = marked.filter(pl.col("_entry") & (pl.col("_seg") > 0))
         others = marked.filter(~pl.col("_entry") | (pl.col("_seg") == 0))
-        recs = [self._entries(entries, ctx)] if entries.height else []
-        if others.height:
-            recs.append(text_records(others))
-        if not recs:
-            return no_records(), carry
-        return pl.concat(recs, how="diagonal_relaxed").sort("line"), carry
+        return with_text_records(self._entries(entries, ctx) if entries.height else None, others), carry
 
     def _entries(self, rows: pl.DataFrame, ctx: PostContext) -> pl.DataFrame:
         heads = rows.filter(pl.col("_h")).select(
