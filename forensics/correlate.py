@@ -54,6 +54,7 @@ from typing import Any
 import polars as pl
 import yaml
 
+from .asides import drop_asides
 from .model import Confidence, Conclusion, Evidence
 from .sizes import format_value
 
@@ -262,21 +263,11 @@ def fill(template: str, values: Mapping[str, Any]) -> str:
     return out if "\n" in template else re.sub(r" {2,}", " ", out).strip()
 
 
-_ASIDE = re.compile(r" ?\(([^()]*)\)")
-
-
 def fill_prose(template: str, values: Mapping[str, Any]) -> str:
     """`fill` for sentences: a parenthesised aside that names a placeholder with no value is left out (`a memory
     cgroup limit ({cgroup})` when the report names no cgroup reads `a memory cgroup limit`, not `... ({cgroup})`).
     Commands keep every placeholder (`fill`): the reader fills them."""
-    def keep(m: re.Match) -> str:
-        try:
-            names = template_names(m.group(1))
-        except ValueError:  # not a template: kept as written
-            return m.group(0)
-        return "" if any(_lookup(values, n) is None for n in names) else m.group(0)
-
-    return fill(_ASIDE.sub(keep, template), values)
+    return fill(drop_asides(template, lambda n: _lookup(values, n) is None, template_names), values)
 
 
 def _fill(template: str, values: Mapping[str, Any]) -> str:

@@ -31,8 +31,8 @@ import polars as pl
 import regex
 
 from .literals import search_groups
+from .asides import ASIDE, aside_names
 from .rulepacks import (
-    ASIDE,
     CAST_NAMES,
     Context,
     Direction,
@@ -40,7 +40,6 @@ from .rulepacks import (
     Location,
     Rule,
     RuleSet,
-    aside_names,
     render_title,
     size_fields,
     split_flags,
@@ -688,7 +687,7 @@ def _title_expr(template: str, fields: Sequence[str]) -> pl.Expr:
     at = 0
     for m in ASIDE.finditer(template):
         parts.extend(_template_parts(template[at:m.start()], fields))
-        names = aside_names(m.group(1))
+        names = aside_names(m.group(1))  # a title's placeholders were checked when its pack loaded
         inner = _template_parts(m.group(0), fields)
         if names and inner:
             known = pl.all_horizontal([_value_expr(n, fields).is_not_null() for n in names])

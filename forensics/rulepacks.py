@@ -66,6 +66,7 @@ from typing import Any
 import regex
 import yaml
 
+from .asides import drop_asides
 from .cachefiles import code_digest, generation, prune, write_atomic
 from .literals import MIN_LITERAL, derive_literals
 from .sizes import SIZE_SPECS, format_value
@@ -429,25 +430,10 @@ def render(template: str, values: Mapping[str, Any]) -> str:
         return template
 
 
-ASIDE = re.compile(r" ?\(([^()]*)\)")   # a parenthesised aside of a title or a sentence, with its leading space
-
-
-def aside_names(text: str) -> list[str]:
-    """The placeholders of an aside's text ([] when it holds none, or is no template)."""
-    try:
-        return [name for _, name, _, _ in string.Formatter().parse(text) if name]
-    except ValueError:
-        return []
-
-
 def render_title(template: str, values: Mapping[str, Any]) -> str:
     """`render` for an event's title: a parenthesised aside that names a field with no value is left out
-    (`launch command (pid {pid}): ...` without a pid reads `launch command: ...`, and a CUDA OOM whose message
-    names no GPU figures reads `CUDA out of memory: tried to allocate 5.24 GiB`); other missing fields are `?`."""
-    def keep(m: re.Match) -> str:
-        return "" if any(values.get(n) is None for n in aside_names(m.group(1))) else m.group(0)
-
-    return render(ASIDE.sub(keep, template), values)
+    (`launch command (pid {pid}): ...` without a pid reads `launch command: ...`); other missing fields are `?`."""
+    return render(drop_asides(template, lambda n: values.get(n) is None), values)
 
 
 # the casts whose values a size spec can print
