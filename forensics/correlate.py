@@ -1793,8 +1793,35 @@ def resolve(matches: Sequence[Match]) -> list[Finding]:
         primaries[target] = (pm, _fold_into(pf, f, fill_prose(m.correlation.fold_statement, _prose(_values(m)))
                                             if m.correlation.fold_statement else ""))
         index(target, primaries[target][1].conclusion)
-    out = [f for _, f in primaries]
+    out = _one_per_cause([f for _, f in primaries])
     out.sort(key=lambda f: (f.t is None, f.t if f.t is not None else 0.0, -f.priority, f.rules[0], f.anchor))
+    return out
+
+
+def _one_per_cause(found: Sequence[Finding]) -> list[Finding]:
+    """Findings that say the same thing of the same cause event (one death seen twice: systemd's journal line and
+    `systemctl show`'s ExecStart= both anchor the correlation) become one, explaining both symptoms."""
+    out: list[Finding] = []
+    first: dict[tuple[str, str, str], int] = {}
+    for f in found:
+        c = f.conclusion
+        key = (f.rules[0], c.cause_event, c.statement) if c.cause_event is not None else None
+        if key is None or key not in first:
+            if key is not None:
+                first[key] = len(out)
+            out.append(f)
+            continue
+        i = first[key]
+        w = out[i]
+        wc = replace(w.conclusion,
+                     explains=tuple(dict.fromkeys([*w.conclusion.explains, *c.explains])),
+                     evidence_for=_merge_evidence(w.conclusion.evidence_for, c.evidence_for),
+                     evidence_against=_merge_evidence(w.conclusion.evidence_against, c.evidence_against),
+                     alternatives=tuple(dict.fromkeys([*w.conclusion.alternatives, *c.alternatives])),
+                     next_steps=tuple(dict.fromkeys([*w.conclusion.next_steps, *c.next_steps])))
+        out[i] = replace(w, conclusion=wc, roles=_merge_roles(w.roles, f.roles),
+                         event_ids=tuple(dict.fromkeys([*w.event_ids, *f.event_ids])),
+                         rules=tuple(dict.fromkeys([*w.rules, *f.rules])))
     return out
 
 

@@ -69,7 +69,8 @@ def test_a_journal_traceback_is_one_record_of_consecutive_lines() -> None:
 
 
 @pytest.mark.parametrize("name", ["journal-json-sse", "journal-json-pretty", "journal-json-seq", "journal-json",
-                                  "journal-verbose", "journal-export", "dmesg-json", "dmesg-reltime"])
+                                  "journal-verbose", "journal-export", "dmesg-json", "dmesg-reltime",
+                                  "systemctl-show"])
 def test_structured_batches_cut_anywhere_give_the_same_records(name: str) -> None:
     """A batch may end anywhere in a structured source (in a pretty object, between a json-sse event and the blank
     line that ends it): the records of all the cuts are those of parsing it whole."""
@@ -78,13 +79,48 @@ def test_structured_batches_cut_anywhere_give_the_same_records(name: str) -> Non
     text = (SAMPLES / f"{name}.log").read_text().rstrip("\n").split("\n")
     frame = pl.DataFrame({"line": list(range(1, len(text) + 1)), "text": text},
                          schema={"line": pl.Int64, "text": pl.String})
-    fmt, ctx, cols = FORMATS[name], ParseContext(path="p"), ["line", "line_end", "message", "ts", "format"]
+    fmt, ctx = FORMATS[name], ParseContext(path="p")
+    cols = ["line", "line_end", "message", "ts", "format", "unit", "ts_anchor"]
     whole, _ = parse_structured(fmt, frame, ctx, final=True)
     assert whole["line_end"].max() == len(text) or name != "journal-json-sse"
     for cut in range(1, frame.height):
         a, carry = parse_structured(fmt, frame.head(cut), ctx, final=False)
         b, _ = parse_structured(fmt, pl.concat([carry, frame.slice(cut)]), ctx, final=True)
         assert pl.concat([a, b]).select(cols).equals(whole.select(cols)), cut
+
+
+def test_systemctl_show_properties() -> None:
+    """`systemctl show` of two units: each property a record of the unit its block's `Id=` names (printed after
+    most properties); a `...Timestamp=` at its value, an `ExecStart={...}` at its stop_time (or start_time while it
+    runs) with its pid, `Result=` at the unit's InactiveEnterTimestamp (said in ts_anchor); `n/a` is no time."""
+    recs = parse_text((SAMPLES / "systemctl-show.log").read_text(), path="show.txt").sort("line")
+    assert set(recs["format"].to_list()) == {"systemctl-show", "text"}   # the blank line between the blocks
+    by = {m.split("=", 1)[0] + f"@{u}": r for m, u, r in zip(recs["message"], recs["unit"], recs.iter_rows(named=True))
+          if "=" in m}
+    a, b = "@sglang.service", "@sglang-eagle.service"
+    assert by["Type" + a]["unit"] == "sglang.service" and by["MainPID" + b]["unit"] == "sglang-eagle.service"
+    assert by["ExecMainExitTimestamp" + a]["ts"].isoformat() == "2025-05-25T20:17:19+00:00"
+    assert by["ExecMainExitTimestamp" + a]["ts_source"] == "exact" and by["ExecMainExitTimestamp" + a]["ts_anchor"] is None
+    assert by["ExecMainExitTimestamp" + b]["ts"] is None and by["ExecMainExitTimestamp" + b]["ts_source"] == "none"
+    assert by["ExecStart" + a]["ts"].isoformat() == "2025-05-25T20:17:19+00:00" and by["ExecStart" + a]["pid"] == 48213
+    assert by["ExecStart" + b]["ts"].isoformat() == "2025-05-25T20:19:40+00:00" and by["ExecStart" + b]["pid"] == 51877
+    assert by["Result" + a]["ts"].isoformat() == "2025-05-25T20:17:19+00:00"
+    assert "InactiveEnterTimestamp=" in by["Result" + a]["ts_anchor"]
+    assert by["Result" + b]["ts"] is None and by["MemoryMax" + a]["ts"] is None
+
+
+def test_systemctl_show_variants() -> None:
+    """`-p` output naming no unit takes the unit a file name gives; `--timestamp=unix` and `us` stamps and a zone
+    abbreviation are read; a unit file (sections, directives only) is still a unit file."""
+    text = ("Result=signal\nInactiveEnterTimestamp=@1748204239\nExecMainExitTimestamp=Sun 2025-05-25 22:17:19.250000 CEST\n"
+            "MemoryPeak=68719476736\n")
+    recs = parse_text(text, path="/tmp/sglang-k26.service.show").sort("line")
+    assert recs["format"].to_list() == ["systemctl-show"] * 4
+    assert set(recs["unit"].to_list()) == {"sglang-k26.service"}
+    assert [t.isoformat() if t else None for t in recs["ts"]] == [
+        "2025-05-25T20:17:19+00:00", "2025-05-25T20:17:19+00:00", "2025-05-25T20:17:19.250000+00:00", None]
+    unit = parse_text("[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server\nRestart=always\n", path="x")
+    assert set(unit["format"].to_list()) == {"unit-file"}
 
 
 def test_journal_verbose_entries() -> None:

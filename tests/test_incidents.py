@@ -342,3 +342,25 @@ def test_a_file_naming_one_host_gives_it_to_its_lines_that_name_none(tmp_path: P
     mine = [i for i in incs if any(e["path"].endswith("systemctl-status.log") and e["line"] == 9 for e in i["events"])]
     assert [i["hosts"] for i in mine] == [["gpu-node-1"]]
     assert any("names gpu-node-1 on its other records" in g["why"] for g in mine[0]["gaps"])
+
+
+def test_systemctl_show_explains_a_sigkill_and_one_death_seen_twice_is_one_conclusion(tmp_path: Path) -> None:
+    """`systemctl show` alone: its ExecStart= `code=killed ; status=9/KILL` (at its stop_time) is explained by its
+    `Result=oom-kill`, confirmed. With the `systemctl status` paste of the same death (journal lines on the same
+    host), the two `service_killed` events are explained by one conclusion, not one per copy of the death."""
+    show = ROOT / "samples" / "formats" / "systemctl-show.log"
+    alone = [incident_json(i) for i in build_incidents(_ingest(tmp_path / "a", str(show)))]
+    assert len(alone) == 1
+    rc = alone[0]["root_cause"]
+    assert rc["rule"] == "sigkill.result_oom_kill" and rc["confidence"] == "confirmed"
+    kinds = {(e["kind"], e["line"]) for e in alone[0]["events"]}
+    assert {("service_killed", 40), ("service_failed", 25)} <= kinds
+    assert not any(e["line"] == 41 and e["kind"] == "service_killed" for e in alone[0]["events"])  # ExecStartEx=
+
+    paste = ROOT / "samples" / "formats" / "systemctl-status.log"
+    both = [incident_json(i) for i in build_incidents(_ingest(tmp_path / "b", str(show), str(paste), year=2025))]
+    assert len(both) == 1 and both[0]["hosts"] == ["gpu-node-1"]
+    concl = both[0]["conclusions"]
+    assert len(concl) == 1, [c["rule"] for c in concl]
+    killed = {e["id"]: e for e in both[0]["events"] if e["kind"] == "service_killed" and e["ts"]}
+    assert len(killed) == 2 and set(killed) <= set(concl[0]["explains"])
