@@ -66,12 +66,20 @@ def main() -> int:
     ap.add_argument("--big-mb", type=int, default=0,
                     help="also ingest a corpus of this size once (memory must not grow with the input)")
     args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="forensics-bench-"))  # every store and file of the run; removed at the end
+    try:
+        return run(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, work: Path) -> int:
     data = corpus(args.size_mb, args.seed)
     files = [str(data / f) for f in FILES]
     size = sum(os.path.getsize(f) for f in files)
     lines = sum(1 for f in files for _ in open(f, "rb"))
     forensics = str(Path(sys.executable).parent / "forensics")
-    pats = Path(tempfile.mkdtemp()) / "patterns.txt"
+    pats = work / "patterns.txt"
     pats.write_text("\n".join(literals()) + "\n")
     npats = len(pats.read_text().splitlines())
     cmds: dict[str, list[str] | None] = {
@@ -85,8 +93,8 @@ def main() -> int:
         cmds["forensics ingest --no-rules"] = "INGEST --no-rules"  # type: ignore[assignment]
     results: dict[str, list[tuple[float, int, float]]] = {k: [] for k, v in cmds.items() if v is not None}
     sizes: dict[str, tuple[int, int]] = {}  # (bytes, lines) of rows not on the main corpus
-    store_dir = Path(tempfile.mkdtemp())
-    other = Path(tempfile.mkdtemp())  # the stores of the variants (matching off, more rules, the big corpus)
+    store_dir = work / "store"
+    other = work / "other"  # the stores of the variants (matching off, more rules, the big corpus)
     for run in range(args.runs):
         for name, cmd in cmds.items():
             if cmd is None:
@@ -104,7 +112,7 @@ def main() -> int:
     if args.scaling:
         variants = {}
         for k in (2, 4):
-            variants[f"forensics ingest, {k}x rules"] = [a for d in scaled_rules(k) for a in ("--rules", d)]
+            variants[f"forensics ingest, {k}x rules"] = [a for d in scaled_rules(k, work) for a in ("--rules", d)]
         for name, extra in variants.items():
             shutil.rmtree(other / "v", ignore_errors=True)
             dt, rss, rc, cpu = timed([forensics, "--store", str(other / "v"), "ingest", "--quiet", *extra, *files])
@@ -161,13 +169,13 @@ def main() -> int:
     return 0
 
 
-def scaled_rules(k: int) -> list[str]:
+def scaled_rules(k: int, work: Path) -> list[str]:
     """k-1 copies of the built-in packs under new rule ids, as extra --rules directories."""
     import yaml
 
     dirs = []
     for n in range(1, k):
-        d = Path(tempfile.mkdtemp(prefix=f"rules-x{n}-"))
+        d = Path(tempfile.mkdtemp(prefix=f"rules-x{n}-", dir=work))
         for pack in sorted((ROOT / "rules").glob("*.yaml")):
             data = yaml.safe_load(pack.read_text())
             data["pack"] = f"{data['pack']}-copy{n}"

@@ -4,6 +4,9 @@
 `CUDA out of memory: tried to allocate {tried} (GPU {gpu}: {free} free of {total})` without the GPU's figures
 reads `CUDA out of memory: tried to allocate 5.24 GiB`. Used by correlations' prose (`correlate.fill_prose`) and
 by rules' titles (`rulepacks.render_title`, and its polars twin `match._title_expr`).
+
+A title's tail `: {name}` is an aside too (`SGLang Scheduler crashed: {exception}` of a record whose exception line
+is not there reads `SGLang Scheduler crashed`, not `...: ?`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import string
 from collections.abc import Callable
 
 ASIDE = re.compile(r" ?\(([^()]*)\)")   # an aside, with the space before it
+TAIL = re.compile(r": \{([A-Za-z_][A-Za-z0-9_]*)\}$")   # a title's last words, `: {name}`
 
 
 def aside_names(text: str) -> list[str]:
@@ -32,3 +36,9 @@ def drop_asides(template: str, missing: Callable[[str], bool],
         return "" if any(missing(n) for n in used) else m.group(0)
 
     return ASIDE.sub(keep, template)
+
+
+def drop_tail(template: str, missing: Callable[[str], bool]) -> str:
+    """`template` without its tail `: {name}` when `missing` says the name has no value."""
+    m = TAIL.search(template)
+    return template[:m.start()] if m and missing(m.group(1)) else template

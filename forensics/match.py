@@ -31,7 +31,7 @@ import polars as pl
 import regex
 
 from .literals import search_groups
-from .asides import ASIDE, aside_names
+from .asides import ASIDE, TAIL, aside_names
 from .rulepacks import (
     CAST_NAMES,
     Context,
@@ -682,8 +682,13 @@ def _cast_expr(name: str, cast: str | None) -> pl.Expr:
 
 def _title_expr(template: str, fields: Sequence[str]) -> pl.Expr:
     """`render_title()` as a polars expression: fields, then the event columns, missing or null as `?`; a
-    parenthesised aside naming a missing one left out."""
+    parenthesised aside or a tail `: {name}` naming a missing one left out."""
     parts: list[pl.Expr] = []
+    tail = TAIL.search(template)
+    if tail:
+        value = _value_expr(tail.group(1), fields)
+        head = _title_expr(template[:tail.start()], fields)
+        return pl.when(value.is_not_null()).then(pl.concat_str([head, pl.lit(": "), value])).otherwise(head)
     at = 0
     for m in ASIDE.finditer(template):
         parts.extend(_template_parts(template[at:m.start()], fields))

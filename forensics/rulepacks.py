@@ -66,7 +66,7 @@ from typing import Any
 import regex
 import yaml
 
-from .asides import drop_asides
+from .asides import drop_asides, drop_tail
 from .cachefiles import code_digest, generation, prune, write_atomic
 from .literals import MIN_LITERAL, derive_literals
 from .sizes import SIZE_SPECS, format_value
@@ -432,8 +432,12 @@ def render(template: str, values: Mapping[str, Any]) -> str:
 
 def render_title(template: str, values: Mapping[str, Any]) -> str:
     """`render` for an event's title: a parenthesised aside that names a field with no value is left out
-    (`launch command (pid {pid}): ...` without a pid reads `launch command: ...`); other missing fields are `?`."""
-    return render(drop_asides(template, lambda n: values.get(n) is None), values)
+    (`launch command (pid {pid}): ...` without a pid reads `launch command: ...`), and so is a tail `: {name}`
+    (`asides.drop_tail`); other missing fields are `?`."""
+    def missing(n: str) -> bool:
+        return values.get(n) is None
+
+    return render(drop_tail(drop_asides(template, missing), missing), values)
 
 
 # the casts whose values a size spec can print

@@ -323,3 +323,23 @@ def test_c10_log_prefix_with_an_unpadded_month() -> None:
     assert [t.strftime("%m-%d %H:%M:%S") for t in recs["ts"]] == ["05-25 20:17:00", "05-25 20:17:19",
                                                                    "05-25 20:17:20", "12-25 23:59:59"]
     assert recs["rank"].to_list()[1:3] == ["1", "7"]
+
+
+def test_systemctl_show_inside_a_terminal_paste_still_gives_its_events() -> None:
+    """A pasted terminal session holding `systemctl show -p Result -p ExecStart` among other output: the properties
+    are unit-file lines there (untimed), and the show rules still read how the unit's last run ended."""
+    from forensics.rulepacks import load_rules
+    from forensics.match import match_records
+
+    text = ("$ systemctl is-active sglang.service\nfailed\n$ systemctl show sglang.service -p Result -p ExecStart\n"
+            "Result=oom-kill\nExecStart={ path=/usr/bin/python3 ; argv[]=/usr/bin/python3 -m sglang.launch_server ; "
+            "ignore_errors=no ; start_time=[Sun 2025-05-25 20:10:02 UTC] ; stop_time=[Sun 2025-05-25 20:17:19 UTC] ; "
+            "pid=48213 ; code=killed ; status=9/KILL }\n"
+            "May 25 20:17:19 gpu-node-1 systemd[1]: sglang.service: Failed with result 'oom-kill'.\n")
+    recs = parse_text(text, path="session.txt", year=2025)
+    assert recs.filter(pl.col("line") == 4)["format"].item() == "unit-file"
+    ev = match_records(recs, load_rules(env={})).sort("line", "rule")
+    got = [(r["line"], r["kind"], r["rule"]) for r in ev.iter_rows(named=True)]
+    assert (4, "service_failed", "systemd.show_result") in got
+    assert (5, "service_killed", "systemd.show_exec_killed") in got
+    assert ev.filter(pl.col("rule") == "systemd.show_exec_killed")["pid"].item() == 48213

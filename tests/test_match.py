@@ -779,6 +779,35 @@ rules:
         assert titles == ["a.service exited (code 3) on n1 (pid 7)", "b.service exited on ? (pid 8)"], vectorise
 
 
+def test_a_title_tail_naming_a_missing_field_is_left_out(tmp_path: Path) -> None:
+    """A title's tail `: {name}` naming a field with no value is left out in both paths (`SGLang Scheduler crashed`,
+    not `...crashed: ?`); with the value it stays; a `: {name}` that is not the tail is not touched."""
+    p = tmp_path / "t.yaml"
+    p.write_text("""pack: t
+rules:
+  - id: t.crash
+    kind: scheduler_exception
+    severity: error
+    role: symptom
+    pattern: '(?P<what>\\w+) crashed(?: with (?P<exc>\\w+))?(?: at (?P<where>\\w+))?'
+    title: '{what}: {where} crashed: {exc}'
+    explain: x
+    examples:
+      match: ['Scheduler crashed with KeyError']
+      near_miss: ['Scheduler started']
+""")
+    rules = RuleSet(rules=load_pack(p).rules)
+    text = ("May 25 20:17:19 h app[7]: Scheduler crashed with KeyError at loop\n"
+            "May 25 20:17:20 h app[8]: Detokenizer crashed\n")
+    recs = parse_text(text, "journal-short")
+    for vectorise in (True, False):
+        titles = match_records(recs, rules, vectorise=vectorise).sort("line")["title"].to_list()
+        assert titles == ["Scheduler: loop crashed: KeyError", "Detokenizer: ? crashed"], vectorise
+    cut = "[2025-05-25 20:17:18 TP1] Scheduler hit an exception: (the rest of the traceback was not kept)\n"
+    ev = match_records(parse_text(cut), load_rules(env={}))
+    assert ev.filter(pl.col("kind") == "scheduler_exception")["title"].to_list() == ["SGLang Scheduler crashed"]
+
+
 def test_a_cuda_oom_without_the_gpu_figures_reads_cleanly() -> None:
     """A CUDA OOM line that names only the allocation: no `GPU ?: ... ? free of ?` in its title."""
     rules = load_rules(env={})
