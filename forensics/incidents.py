@@ -33,6 +33,7 @@ import polars as pl
 
 from . import profile
 from .configreview import Knowledge, enricher, load_knowledge, review_configs
+from .cutlines import read_note as read_cut_note
 from .correlate import (
     KERNEL_KINDS,
     UNKNOWN_HOST,
@@ -625,6 +626,21 @@ def _gaps(c: _Cluster, evs: Sequence[EventView], members: Sequence[EventView], p
                        why=f"Times there are not printed in full: {anchors.get(p) or ', '.join(sorted(by_path[p]))}.",
                        commands=()))
     paths = prep.host_paths.get(host, set())
+    # lines a terminal cut short, in the sources of the incident's events
+    cited = {e.path for e in members}
+    for s in prep.sources:
+        cut = next((c for n in (s.notes or ()) if (c := read_cut_note(n)) is not None), None)
+        if cut is None or s.path not in cited:
+            continue
+        first, n = cut
+        unit = next((u for e in members if e.path == s.path and (u := e.entities.get("unit"))), "UNIT")
+        out.append(Gap(what=f"The ends of {n} line(s) of {s.path} cut to the terminal's width (the first at line "
+                            f"{first})",
+                       why=("They end in `…`: systemctl or journalctl printed them on a terminal (`systemctl status "
+                            "--no-pager` without `-l`, `journalctl --no-full`) and left out what did not fit, so a "
+                            "rule may have missed them and a value may be cut in half."),
+                       commands=(f"systemctl status {unit} -l --no-pager > status.txt",
+                                 f"journalctl -u {unit} --no-pager -o short-iso-precise > journal.txt")))
     out.extend(g for p, g in prep.assumptions if p in paths)
     uniq: dict[str, Gap] = {}
     for g in out:

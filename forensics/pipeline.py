@@ -27,6 +27,7 @@ import polars as pl
 
 from . import __version__, profile
 from .ansi import strip_lines, strip_series
+from .cutlines import cut as cut_lines, cut_lengths, merge as merge_cut, note as cut_note
 from .podprefix import Pods, strip_series as pod_lines
 from .anchor import BootAnchor, apply_anchor, boot_time_anchor, find_anchors
 from .detect import Detection, detect
@@ -492,6 +493,7 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
                     if not structured:  # a structured format's values are kept as written
                         batch, n = strip_lines(batch)
                         stats.ansi_lines += n
+                        merge_cut(stats.cut_lengths, cut_lengths(batch))
                         batch = pods.take(batch)
                     if carry.height:
                         batch = pl.concat([carry, batch])
@@ -671,6 +673,8 @@ def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: Read
     if stats.ansi_lines:
         notes.append(f"{stats.ansi_lines} line(s) held terminal colour codes (ANSI escape sequences), taken out "
                      f"before parsing")
+    if (cuts := cut_lines(stats.cut_lengths)) is not None:
+        notes.append(cut_note(*cuts))
     notes.extend(_out_of_range(records_file))
     size = src.real.stat().st_size if src.real else len(src.stdin_data or b"")
     summary = _summary(records_file)

@@ -19,7 +19,7 @@ import stat
 import struct
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -63,6 +63,8 @@ class ReadStats:
     crlf: int = 0           # lines that ended in CRLF
     ansi_lines: int = 0     # lines of a line format that held terminal escape sequences (taken out: `ansi`)
     pod_lines: int = 0      # lines behind kubectl's `[pod/NAME/CONTAINER] ` prefix (taken off: `podprefix`)
+    # lines that may have been cut to a terminal's width: length -> (how many, the first) (`cutlines`)
+    cut_lengths: dict[int, tuple[int, int]] = field(default_factory=dict)
     sha: "hashlib._Hash | None" = None
 
 

@@ -364,3 +364,38 @@ def test_systemctl_show_explains_a_sigkill_and_one_death_seen_twice_is_one_concl
     assert len(concl) == 1, [c["rule"] for c in concl]
     killed = {e["id"]: e for e in both[0]["events"] if e["kind"] == "service_killed" and e["ts"]}
     assert len(killed) == 2 and set(killed) <= set(concl[0]["explains"])
+
+
+def test_lines_cut_to_the_terminal_width_are_counted_and_named_among_the_gaps(tmp_path: Path) -> None:
+    """A `systemctl status --no-pager` copied off a 100-column terminal: a journal line too long for it keeps its
+    head and last words around a `…` (so no rule reads the OOM line), the `Process:` line is cut at the end. The
+    source's note counts the lines of that one width and names the first (a line holding `…` of its own, of
+    another length, is not counted); the incident's gaps say what is missing and how to copy it whole."""
+    mark = "\u2026"
+
+    def journal(s: str) -> str:   # systemd's ellipsize_mem(..., 90) of a 100-column line
+        return s[:89] + mark + s[-10:]
+
+    text = "\n".join([
+        "\u00d7 sglang.service - SGLang inference server",
+        "     Active: failed (Result: oom-kill) since Sun 2025-05-25 20:17:19 UTC; 3min 41s ago",
+        ("    Process: 48213 ExecStart=/opt/sglang/venv/bin/python3 -m sglang.launch_server --model-path "
+         "/models/Qwen3-32B --tp-size 2")[:99] + mark,
+        "   Main PID: 48213 (code=killed, signal=KILL)",
+        "",
+        "May 25 20:17:18 gpu-node-1 python3[48291]: [2025-05-25 20:17:18] Waiting for the scheduler " + mark
+        + " (3 tries)",
+        journal("May 25 20:17:19 gpu-node-1 systemd[1]: sglang.service: A process of this unit has been killed by the "
+                "OOM killer."),
+        "May 25 20:17:19 gpu-node-1 systemd[1]: sglang.service: Main process exited, code=killed, status=9/KILL",
+    ]) + "\n"
+    assert [len(x) for x in text.split("\n") if mark in x] == [100, 102, 100]
+    (tmp_path / "status.txt").write_text(text)
+    store = _ingest(tmp_path / "s", str(tmp_path / "status.txt"), year=2025)
+    notes = store.sources()[0].notes
+    assert any(n.startswith("line 3: 2 line(s) cut to the terminal's width") for n in notes), notes
+    (inc,) = build_incidents(store)
+    gaps = [g for g in inc.gaps if "cut to the terminal's width" in g.what]
+    assert [g.what for g in gaps] == [f"The ends of 2 line(s) of {tmp_path / 'status.txt'} cut to the terminal's "
+                                      "width (the first at line 3)"]
+    assert "systemctl status sglang.service -l --no-pager > status.txt" in gaps[0].commands
