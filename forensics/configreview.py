@@ -101,6 +101,11 @@ class FlagKnowledge:
     notes: tuple[FlagNote, ...]
 
 
+# a GPU name nvidia-smi's table cut to its column (`|   0  NVIDIA RTX PRO 6000 Blac...    On  |`): what is left of
+# it after `NVIDIA `, long enough to tell one product
+_CUT_NAME = re.compile(r"NVIDIA ((?:[A-Za-z0-9\-]+ )+[A-Za-z0-9\-]+|[A-Za-z0-9\-]{6,})\.\.\.")
+
+
 @dataclass(frozen=True)
 class Knowledge:
     sm_families: tuple[SmFamily, ...] = ()
@@ -128,12 +133,21 @@ class Knowledge:
         return None
 
     def gpu(self, text: str) -> Gpu | None:
+        """The GPU a line names (the longest `match` found in it); else the one a name nvidia-smi cut to its
+        column's width begins (`NVIDIA RTX PRO 6000 Blac...`), when only one known GPU's name begins so."""
         low = text.lower()
         best = None
         for g in self.gpus:
             if g.match.lower() in low and (best is None or len(g.match) > len(best.match)):
                 best = g
-        return best
+        if best is not None or "..." not in text:
+            return best
+        m = _CUT_NAME.search(text)
+        if m is None:
+            return None
+        head = " ".join(m.group(1).split()).lower()
+        begins = {g.name: g for g in self.gpus if g.match.lower().startswith(head)}
+        return next(iter(begins.values())) if len(begins) == 1 else None
 
 
 # ----------------------------------------------------------------------------------------------------------

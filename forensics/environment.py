@@ -59,6 +59,9 @@ _ASCII_MASKS: dict[str, str] = {
     "sglang": r"(?i)sglang" + _VERSION_AFTER,
 }
 _PCI = re.compile(r"(?:^nvidia |NVRM: GPU at PCI:|NVRM: Xid \(PCI:|NVRM: GPU )([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})")
+# a GPU's row of nvidia-smi's table: `|   0  NVIDIA H100 80GB HBM3   On  |   00000000:18:00.0 Off |  ...` (a 32-bit
+# PCI domain, where the kernel prints 16 bits)
+_SMI_PCI = re.compile(r"^\|\s+\d+\s+\S.*?\|\s+[0-9A-Fa-f]{4}([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\.[0-7]\s")
 _AVAIL = re.compile(r"Load weight begin\. avail mem=(\d+(?:\.\d+)?) GB")
 _NVCC_REJECTS = re.compile(r"Unsupported gpu architecture '(compute_\d{2,3}[af]?)'")
 
@@ -111,7 +114,8 @@ def _scan(records: pl.DataFrame, kn: Knowledge
     masks = [(~ascii_ | (ln.str.contains(_ASCII_MASKS[lit]) if lit in _ASCII_MASKS else
                          low.str.contains(lit, literal=True)))
              if ci else ln.str.contains(lit, literal=True) for lit, ci in _NEEDS]
-    masks += [ln.str.starts_with("nvidia ") | ln.str.contains("NVRM: ", literal=True),
+    masks += [ln.str.starts_with("nvidia ") | ln.str.contains("NVRM: ", literal=True)
+              | (ln.str.starts_with("|") & ln.str.contains("NVIDIA", literal=True)),
               ln.str.contains("avail mem=", literal=True),
               ln.str.contains("Unsupported gpu architecture '", literal=True),
               ln.str.contains("NVIDIA", literal=True) | ln.str.contains("RTX", literal=True)
@@ -130,7 +134,7 @@ def _scan(records: pl.DataFrame, kn: Knowledge
                 m = rx.search(text)
                 if m:
                     found[key] = (out.format(m.group(1)), where)      # the last occurrence wins
-        m = _PCI.search(text) if mark[n] else None
+        m = (_PCI.search(text) or _SMI_PCI.search(text)) if mark[n] else None
         if m:
             pcis.setdefault(m.group(1).lower(), where)
         m = _AVAIL.search(text) if mark[n + 1] else None

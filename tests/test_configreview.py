@@ -166,6 +166,34 @@ def test_fingerprint_from_records() -> None:
     assert dict(fp.sources)["driver"] == "dmesg.log:49"
 
 
+SMI = """Sun May 25 20:30:02 2025
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 575.57.08              Driver Version: 575.57.08      CUDA Version: 12.9     |
+|-----------------------------------------+------------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+|=========================================+========================+======================|
+|   0  NVIDIA RTX PRO 6000 Blac...    On  |   00000000:18:00.0 Off |                  Off |
+| 30%   34C    P8             21W /  600W |       0MiB /  97887MiB |      0%      Default |
++-----------------------------------------+------------------------+----------------------+
+|   1  NVIDIA RTX PRO 6000 Blac...    On  |   00000000:2A:00.0 Off |                  Off |
+| 30%   33C    P8             19W /  600W |       0MiB /  97887MiB |      0%      Default |
++-----------------------------------------+------------------------+----------------------+"""
+
+
+def test_fingerprint_from_an_nvidia_smi_paste() -> None:
+    """nvidia-smi's table: the driver and CUDA from its header, the GPUs from their rows' bus ids, and the model
+    from a name the table cut to its column (`NVIDIA RTX PRO 6000 Blac...`: one known GPU begins so). A cut name
+    that several GPUs begin (`NVIDIA GeForce RTX 50...`) names none."""
+    df = pl.DataFrame({"message": [SMI], "path": ["smi.txt"], "line": [1]})
+    fp = fingerprint_records(df, [], KN, "h")
+    env = fp.as_dict()
+    assert env["gpu"] == "2 x NVIDIA RTX PRO 6000 Blackwell (96 GB)" and env["sm"] == "sm_120"
+    assert env["driver"] == "575.57.08" and env["cuda"] == "12.9 (driver)"
+    assert fp.hardware.gpus_seen == 2 and fp.hardware.memory_gb == 96
+    assert KN.gpu("|   0  NVIDIA GeForce RTX 50...    On  |") is None
+    assert KN.gpu("|   0  NVIDIA GeForce RTX 5090          On  |").name == "NVIDIA GeForce RTX 5090"
+
+
 def test_fingerprint_infers_the_gpu_from_sm_and_free_memory() -> None:
     df = pl.DataFrame({"message": ["[2025-05-25 20:19:53 TP0] Load weight begin. avail mem=94.31 GB",
                                    "nvcc fatal   : Unsupported gpu architecture 'compute_120'"],
@@ -186,7 +214,7 @@ def test_fingerprint_infers_the_gpu_from_sm_and_free_memory() -> None:
 
 def _scan_by_line(records: pl.DataFrame, kn) -> tuple:  # noqa: ANN001
     """The reference: every line of every record, every pattern (the loop `environment._scan` replaces)."""
-    from forensics.environment import _AVAIL, _NVCC_REJECTS, _PCI, PATTERNS
+    from forensics.environment import _AVAIL, _NVCC_REJECTS, _PCI, _SMI_PCI, PATTERNS
 
     found: dict = {}
     pcis: dict = {}
@@ -200,7 +228,8 @@ def _scan_by_line(records: pl.DataFrame, kn) -> tuple:  # noqa: ANN001
                 m = rx.search(ln)
                 if m:
                     found[key] = (out.format(m.group(1)), where)
-            m = _PCI.search(ln) if ln.startswith("nvidia ") or "NVRM: " in ln else None
+            m = ((_PCI.search(ln) or _SMI_PCI.search(ln))
+                 if ln.startswith("nvidia ") or "NVRM: " in ln or (ln.startswith("|") and "NVIDIA" in ln) else None)
             if m:
                 pcis.setdefault(m.group(1).lower(), where)
             m = _AVAIL.search(ln) if "avail mem=" in ln else None
@@ -224,7 +253,10 @@ _PIECES = ["Linux version 6.8.0-60-generic", "NVRM: loading NVIDIA UNIX Open Ker
            "İstanbul flashinfer 0.2.9", "plain", "", "\n", "\t",
            "sglang\x1f0.4.6", "torch-2.1.0", "flashinfer-python==0.2.3", "pytorch version: v2.4.0",
            "SGLang  Version  0.3.1", "torch-cu121", "/sglang/srt/managers/scheduler.py", "flashinfer-0.2",
-           "torch\x0b2.2.2", "sglang=0.4.1"]
+           "torch\x0b2.2.2", "sglang=0.4.1",
+           "|   0  NVIDIA RTX PRO 6000 Blac...    On  |   00000000:18:00.0 Off |                  Off |",
+           "|   1  NVIDIA H100 80GB HBM3          On  |   00000001:2A:00.0 Off |                    0 |",
+           "NVIDIA GeForce RTX 50... |"]
 
 
 @settings(max_examples=200, deadline=None)
