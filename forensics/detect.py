@@ -21,7 +21,8 @@ from .formats.base import Continuation
 SYSLOG_NAMES = re.compile(r"^(syslog|messages|kern|auth|daemon|user)\b")
 SAMPLE_LINES = 4000
 # formats that appear inside another format's files, maybe only after the sampled head
-COMPANIONS = {"sglang": ("uvicorn", "glog", "flashinfer-jit"), "journal-short": ("generic-syslog",),
+COMPANIONS = {"sglang": ("uvicorn", "glog", "flashinfer-jit"), "vllm": ("uvicorn", "glog", "flashinfer-jit"),
+              "journal-short": ("generic-syslog",),
               "syslog": ("generic-syslog",)}
 
 

@@ -259,9 +259,10 @@ def _scan_value(s: str, i: int) -> tuple[str, int]:
 
 def parse_server_args(text: str) -> dict[str, Any]:
     """SGLang's `ServerArgs(model_path='/m', tp_size=8, ...)` (0.4-0.5.x) or `{'model_path': '/m', ...}`
-    (0.5.23) -> {`--model-path`: `/m`, `--tp-size`: `8`, ...}: strings as printed, True/False as booleans,
+    (0.5.23), vLLM's `Namespace(model='/m', ...)` or `{'model': '/m', ...}` -> {`--model-path`: `/m`, `--tp-size`:
+    `8`, ...}: strings as printed, True/False as booleans,
     None as null. A small scanner, never eval."""
-    m = re.search(r"ServerArgs\(|\{", text)
+    m = re.search(r"ServerArgs\(|Namespace\(|\{", text)
     if not m:
         return {}
     s = text[m.end():]
@@ -290,7 +291,7 @@ def parse_server_args(text: str) -> dict[str, Any]:
 
 def cast_flags(v: Any) -> dict[str, Any] | None:
     s = str(v)
-    if "ServerArgs(" in s or re.match(r"\s*(?:server_args=)?\{", s):
+    if "ServerArgs(" in s or s.lstrip().startswith("Namespace(") or re.match(r"\s*(?:server_args=)?\{", s):
         return parse_server_args(s)
     return parse_command_flags(s)
 

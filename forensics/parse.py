@@ -20,6 +20,7 @@ import polars as pl
 from .ansi import strip_lines
 from .detect import Detection, detect
 from .podprefix import Pods
+from .vllmprefix import Repeats
 from .formats import FORMATS, TEXT, LineFormat, StructuredFormat
 from .formats.base import Continuation, HookedFormat, PostContext, Stamp
 from .schema import RECORD_SCHEMA, conform
@@ -262,7 +263,10 @@ def parse_text(text: str, fmt: str | None = None, path: str = "<example>", tz: s
         recs, _ = parse_structured(formats[0], lines, ctx, final=True)
     else:
         pods = Pods()  # kubectl logs --prefix: the pod names the host
-        recs = pods.name(parse_lines(pods.take(strip_lines(lines)[0]), formats, ctx, final=True)[0])
+        lines = pods.take(strip_lines(lines)[0])
+        if any(f.name == "vllm" for f in formats):
+            lines = Repeats().take(lines)
+        recs = pods.name(parse_lines(lines, formats, ctx, final=True)[0])
     recs = normalise_batch(recs)
     from .timefix import SourceClock, fix_frame
 

@@ -29,6 +29,7 @@ from . import __version__, profile
 from .ansi import strip_lines, strip_series
 from .cutlines import cut as cut_lines, cut_lengths, merge as merge_cut, note as cut_note
 from .podprefix import Pods, strip_series as pod_lines
+from .vllmprefix import Repeats
 from .anchor import BootAnchor, apply_anchor, boot_time_anchor, find_anchors
 from .detect import Detection, detect
 from .formats import FORMATS, StructuredFormat
@@ -487,6 +488,7 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
     try:
         carry = pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
         pods = Pods()  # kubectl logs --prefix: the pod of each line, its records' host
+        repeats = Repeats() if "vllm" in det.formats else None  # vLLM's prefix on every line of a message
         try:
             for batch in read_batches(src, stats, BATCH_BYTES):
                 with HEAVY.hold():
@@ -495,6 +497,8 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
                         stats.ansi_lines += n
                         merge_cut(stats.cut_lengths, cut_lengths(batch))
                         batch = pods.take(batch)
+                        if repeats is not None:
+                            batch = repeats.take(batch)
                     if carry.height:
                         batch = pl.concat([carry, batch])
                     recs, carry = (parse_structured(structured, batch, ctx, final=False) if structured

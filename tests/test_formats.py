@@ -343,3 +343,38 @@ def test_systemctl_show_inside_a_terminal_paste_still_gives_its_events() -> None
     assert (4, "service_failed", "systemd.show_result") in got
     assert (5, "service_killed", "systemd.show_exec_killed") in got
     assert ev.filter(pl.col("rule") == "systemd.show_exec_killed")["pid"].item() == 48213
+
+
+def _vllm_records(tmp_path: Path, monkeypatch, batch: int | None) -> tuple[pl.DataFrame, pl.DataFrame]:  # noqa: ANN001
+    import forensics.pipeline as pipeline
+    from forensics.store import Store
+
+    if batch is not None:
+        monkeypatch.setattr(pipeline, "BATCH_BYTES", batch)
+    store = Store(tmp_path / "s")
+    pipeline.ingest(store, [str(SAMPLES / "vllm.log")], pipeline.IngestOptions(year=2025))
+    return store.records().sort("line").collect(), store.events().sort("line", "rule").collect()
+
+
+def test_vllm_messages_and_their_tracebacks_are_one_record(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """vLLM repeats its whole prefix on every line of a message: `EngineCore encountered a fatal error.` and the
+    traceback under it are one record (its identifier and pid from the process prefix when there is one), while
+    lines of one prefix that each start a message (`Route: ...` in a loop) stay records. Cut into batches of any
+    size, the file gives the same records and events."""
+    recs, ev = _vllm_records(tmp_path / "whole", monkeypatch, None)
+    fatal = recs.filter(pl.col("line") == 21).row(0, named=True)
+    assert fatal["line_end"] == 27 and fatal["message"].startswith("EngineCore encountered a fatal error.\nTraceback")
+    assert fatal["message"].endswith("78.17 GiB memory in use.") and "] " not in fatal["message"]
+    assert recs.filter(pl.col("line").is_in([14, 15]))["line_end"].to_list() == [14, 15]
+    worker = recs.filter(pl.col("line") == 28).row(0, named=True)
+    assert (worker["ident"], worker["pid"]) == ("VllmWorker", 48292)
+    assert recs.filter(pl.col("line") == 2)["ident"].item() == "vllm"
+    kinds = {(r["line"], r["kind"], r["title"]) for r in ev.iter_rows(named=True)}
+    assert (21, "scheduler_exception", "vLLM EngineCore encountered a fatal error: torch.OutOfMemoryError") in kinds
+    assert (21, "cuda_oom", "CUDA out of memory: tried to allocate 2.00 GiB (GPU 0: 1.00 GiB free of 79.19 GiB)") in kinds
+    assert {k for _, k, _ in kinds} >= {"server_start", "server_config", "server_ready", "python_traceback"}
+    cols = ["line", "line_end", "message", "ts", "ident", "pid"]
+    for batch in (700, 2000, 2600, 3100):
+        r2, e2 = _vllm_records(tmp_path / str(batch), monkeypatch, batch)
+        assert r2.select(cols).equals(recs.select(cols)), batch
+        assert e2.select("line", "rule", "title").equals(ev.select("line", "rule", "title")), batch

@@ -37,6 +37,7 @@ from . import (
     text,
     unit_file,
     uvicorn,
+    vllm,
 )
 from .base import Continuation, LineFormat, Stamp, StructuredFormat
 
@@ -65,6 +66,7 @@ _ALL: tuple[LineFormat, ...] = (
     dmesg_json.FORMAT,
     dmesg_reltime.FORMAT,
     sglang.FORMAT,
+    vllm.FORMAT,
     uvicorn.FORMAT,
     glog.FORMAT,
     container.FORMAT,
