@@ -752,57 +752,50 @@ def test_only_ident_and_the_literals_it_selects(rules: RuleSet) -> None:
     assert ".service: Deactivated successfully." in rules.literals(False, match._admits_ident("systemd"))
 
 
+def _titles_both_ways(tmp_path: Path, kind: str, pattern: str, title: str, lines: list[str]) -> list[str]:
+    """The titles one rule (`pattern`, `title`) gives journal lines of `lines` (messages), the same in the
+    vectorised path and the Python one."""
+    p = tmp_path / "t.yaml"
+    p.write_text(f"""pack: t
+rules:
+  - id: t.rule
+    kind: {kind}
+    severity: warning
+    role: symptom
+    pattern: '{pattern}'
+    title: '{title}'
+    explain: x
+    examples:
+      match: ['{lines[0]}']
+      near_miss: ['nothing like it']
+""")
+    rules = RuleSet(rules=load_pack(p).rules)
+    recs = parse_text("".join(f"May 25 20:17:{10 + i} h app[{7 + i}]: {m}\n" for i, m in enumerate(lines)),
+                      "journal-short")
+    both = [match_records(recs, rules, vectorise=v).sort("line")["title"].to_list() for v in (True, False)]
+    assert both[0] == both[1]
+    return both[0]
+
+
 def test_a_title_aside_naming_a_missing_field_is_left_out(tmp_path: Path) -> None:
     """A parenthesised aside of a title that names a field with no value is left out, in the vectorised path and
     in the Python one alike (`(code {code})` when the line shows no code); an aside whose fields all have values
     stays, and a missing field outside an aside is still `?`."""
-    p = tmp_path / "t.yaml"
-    p.write_text("""pack: t
-rules:
-  - id: t.exit
-    kind: service_exited
-    severity: warning
-    role: symptom
-    pattern: '(?P<unit>\\S+\\.service) exited(?: with code (?P<code>\\d+))?(?: on (?P<node>\\w+))?'
-    title: '{unit} exited (code {code}) on {node} (pid {pid})'
-    explain: x
-    examples:
-      match: ['a.service exited with code 3']
-      near_miss: ['a.service started']
-""")
-    rules = RuleSet(rules=load_pack(p).rules)
-    text = ("May 25 20:17:19 h app[7]: a.service exited with code 3 on n1\n"
-            "May 25 20:17:20 h app[8]: b.service exited\n")
-    recs = parse_text(text, "journal-short")
-    for vectorise in (True, False):
-        titles = match_records(recs, rules, vectorise=vectorise).sort("line")["title"].to_list()
-        assert titles == ["a.service exited (code 3) on n1 (pid 7)", "b.service exited on ? (pid 8)"], vectorise
+    titles = _titles_both_ways(tmp_path, "service_exited",
+                               "(?P<unit>\\S+\\.service) exited(?: with code (?P<code>\\d+))?(?: on (?P<node>\\w+))?",
+                               "{unit} exited (code {code}) on {node} (pid {pid})",
+                               ["a.service exited with code 3 on n1", "b.service exited"])
+    assert titles == ["a.service exited (code 3) on n1 (pid 7)", "b.service exited on ? (pid 8)"]
 
 
 def test_a_title_tail_naming_a_missing_field_is_left_out(tmp_path: Path) -> None:
     """A title's tail `: {name}` naming a field with no value is left out in both paths (`SGLang Scheduler crashed`,
     not `...crashed: ?`); with the value it stays; a `: {name}` that is not the tail is not touched."""
-    p = tmp_path / "t.yaml"
-    p.write_text("""pack: t
-rules:
-  - id: t.crash
-    kind: scheduler_exception
-    severity: error
-    role: symptom
-    pattern: '(?P<what>\\w+) crashed(?: with (?P<exc>\\w+))?(?: at (?P<where>\\w+))?'
-    title: '{what}: {where} crashed: {exc}'
-    explain: x
-    examples:
-      match: ['Scheduler crashed with KeyError']
-      near_miss: ['Scheduler started']
-""")
-    rules = RuleSet(rules=load_pack(p).rules)
-    text = ("May 25 20:17:19 h app[7]: Scheduler crashed with KeyError at loop\n"
-            "May 25 20:17:20 h app[8]: Detokenizer crashed\n")
-    recs = parse_text(text, "journal-short")
-    for vectorise in (True, False):
-        titles = match_records(recs, rules, vectorise=vectorise).sort("line")["title"].to_list()
-        assert titles == ["Scheduler: loop crashed: KeyError", "Detokenizer: ? crashed"], vectorise
+    titles = _titles_both_ways(tmp_path, "scheduler_exception",
+                               "(?P<what>\\w+) crashed(?: with (?P<exc>\\w+))?(?: at (?P<where>\\w+))?",
+                               "{what}: {where} crashed: {exc}",
+                               ["Scheduler crashed with KeyError at loop", "Detokenizer crashed"])
+    assert titles == ["Scheduler: loop crashed: KeyError", "Detokenizer: ? crashed"]
     cut = "[2025-05-25 20:17:18 TP1] Scheduler hit an exception: (the rest of the traceback was not kept)\n"
     ev = match_records(parse_text(cut), load_rules(env={}))
     assert ev.filter(pl.col("kind") == "scheduler_exception")["title"].to_list() == ["SGLang Scheduler crashed"]
