@@ -8,12 +8,17 @@ from __future__ import annotations
 import polars as pl
 
 from .formats import JOURNAL_TEXT
+from .vllmprefix import PREFIX as VLLM_PREFIX
+from .vllmprefix import START as VLLM_START
+from .vllmprefix import continues
 from .schema import OUT_OF_RANGE, TS_MAX_US, TS_MIN_US
 
 UNIT_PREFIX = r"^([\w@.\-:\\]+\.(?:service|scope|slice|socket|timer|mount|target|path|device|swap|automount)): "
 SGLANG_IN_MSG = r"^\[(\d{4}-\d{2}-\d{2}) \d{2}:\d{2}:\d{2}(?:\.\d+)?((?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+)*)\] "
 NEW_RECORD = (r"^(\[\d{4}-\d{2}-\d{2} |\[rank\d+\]:|\[?[IWEF]\d{4} \d|INFO:|WARNING:|ERROR:|DEBUG:|CRITICAL:|"
-              r"Traceback \(most recent call last\):|Exception raised from )")
+              r"Traceback \(most recent call last\):|Exception raised from |"
+              r"(?:\([A-Za-z_][\w.\-]*(?: rank=\d+)? pid=\d+(?:, ip=[^)]*)?\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+              r"\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
 # the kernel's own stamp (seconds since boot) that rsyslog's imklog keeps at the head of a kernel message in
 # /var/log/kern.log and /var/log/syslog (its `ParseKernelTimestamp` is off by default): `kernel: [ 8123.356789] ...`
 KERNEL_STAMP = r"^\[\s*(\d{1,10}\.\d{1,9})\] ?"
@@ -42,7 +47,36 @@ def normalise_batch(recs: pl.DataFrame) -> pl.DataFrame:
                  msg.str.extract(UNIT_PREFIX, 1))
     recs = _fill(recs, "rank", msg.str.starts_with("[").fill_null(False) & pl.col("rank").is_null(),
                  msg.str.extract(SGLANG_IN_MSG, 2).str.strip_chars().replace("", None))
-    return _merge_journal_blocks(recs)
+    return _merge_journal_blocks(_vllm_repeats(recs))
+
+
+def _vllm_repeats(recs: pl.DataFrame) -> pl.DataFrame:
+    """vLLM under systemd: each line of a multi-line message is a journal entry that starts with vLLM's prefix
+    again (`(EngineCore_DP0 pid=413) ERROR 05-25 20:16:40 [core.py:710]   File ...`). Where an entry's prefix is that
+    of the entry before it of the same process and its text reads as the rest of a message (`vllmprefix`), the
+    prefix is taken off, so that the traceback is merged as one of SGLang's is; an entry that starts a message
+    keeps its prefix (a new record: `NEW_RECORD`)."""
+    if "format" not in recs.columns:
+        return recs
+    has = (pl.col("format").is_in(list(JOURNAL_TEXT)) & pl.col("message").str.contains(VLLM_START)).fill_null(False)
+    idx = recs.select(has.arg_true().alias("i"))["i"]
+    if idx.len() < 2:
+        return recs
+    sub = recs[idx]
+    same = pl.lit(True)
+    for k in KEY:
+        same = same & pl.col(k).eq_missing(pl.col(k).shift(1))
+    after = (idx.diff() == 1).fill_null(False)   # the entry right before it holds a prefix too
+    msg = sub.get_column("message")
+    pfx = msg.str.extract(VLLM_PREFIX, 1)
+    before = pl.Series(pfx).shift(1)
+    before = before.zip_with(after & sub.select(same.fill_null(False)).to_series(), pl.Series([None] * len(before),
+                                                                                              dtype=pl.String))
+    cont = continues(pfx, before, msg.str.slice(pfx.str.len_chars().fill_null(0)))
+    if not cont.any():
+        return recs
+    new = pl.select(pl.when(cont).then(msg.str.slice(pfx.str.len_chars().fill_null(0))).otherwise(msg)).to_series()
+    return recs.with_columns(recs["message"].scatter(idx, new))
 
 
 def _kernel_stamps(recs: pl.DataFrame) -> pl.DataFrame:

@@ -21,9 +21,20 @@ import polars as pl
 from .formats.vllm import HEAD, PROCESS
 
 PREFIX = "^((?:" + PROCESS + ")?" + HEAD + ")"
+# what a message must start with to hold the prefix: a cheap test first
+START = r"^(?:\(|DEBUG |INFO |WARNING |ERROR |CRITICAL )"
 _REST = (r"^(?:\s|Traceback \(most recent call last\):|During handling of the above exception|"
          r"The above exception was the direct cause|$)")
 _EXCEPTION = r"^[A-Za-z_][\w.]*(?::|$)"
+
+
+def continues(pfx: pl.Series, before: pl.Series, rest: pl.Series) -> pl.Series:
+    """Which lines continue the message before them: their prefix (`pfx`, null for none) is `before` (the last
+    prefix before them) and their text after it (`rest`) reads as the rest of a message."""
+    same = pfx.is_not_null() & (pfx == before).fill_null(False)
+    part = same & rest.str.contains(_REST)
+    indented = (part & rest.str.contains(r"^\s")).shift(1, fill_value=False)   # the exception line after it
+    return part | (same & indented & rest.str.contains(_EXCEPTION))
 
 
 class Repeats:
@@ -43,11 +54,7 @@ class Repeats:
         before = pfx.forward_fill().shift(1, fill_value=self.last)
         self.last = pfx.drop_nulls()[-1]
         rest = text.str.slice(pfx.str.len_chars().fill_null(0))
-        same = pfx.is_not_null() & (pfx == before).fill_null(False)
-        part = same & rest.str.contains(_REST)
-        # the exception line: after an indented line taken off
-        indented = (part & rest.str.contains(r"^\s")).shift(1, fill_value=False)
-        part = part | (same & indented & rest.str.contains(_EXCEPTION))
+        part = continues(pfx, before, rest)
         n = int(part.sum())
         if n == 0:
             return batch

@@ -152,3 +152,31 @@ def test_a_traceback_across_a_batch_cut_is_one_record(tmp_path, monkeypatch) -> 
         titles = dict(zip(ev["kind"], ev["title"]))
         assert titles["scheduler_exception"] == "SGLang Scheduler crashed: torch.OutOfMemoryError"
         assert (ev["kind"] == "python_traceback").sum() == 1
+
+
+def test_vllm_under_systemd_a_traceback_logged_line_by_line_is_one_record(tmp_path) -> None:  # noqa: ANN001
+    """vLLM in the journal: every line of `logger.exception`'s output is an entry that starts with vLLM's prefix
+    again. The repeated prefix is taken off the lines that continue the message, so the traceback is one record
+    (the exception read by the python pack); an entry that starts a message keeps its prefix and stays a record of
+    its own (`Route: ...` lines logged in a loop from one line of code in one second)."""
+    j = "May 25 20:16:40 gpu-node-1 python3[48213]: "
+    p = "(EngineCore_DP0 pid=413) ERROR 05-25 20:16:40 [core.py:710] "
+    r = "May 25 20:11:52 gpu-node-1 python3[48213]: INFO 05-25 20:11:52 [launcher.py:36] "
+    text = "\n".join([
+        r + "Route: /openapi.json, Methods: HEAD, GET", r + "Route: /docs, Methods: HEAD, GET",
+        j + p + "EngineCore encountered a fatal error.", j + p + "Traceback (most recent call last):",
+        j + p + '  File "/usr/lib/python3/dist-packages/vllm/v1/engine/core.py", line 701, in run_engine_core',
+        j + p + "    engine_core.run_busy_loop()",
+        j + p + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        "May 25 20:16:41 gpu-node-1 systemd[1]: vllm.service: Main process exited, code=exited, status=1/FAILURE",
+    ]) + "\n"
+    tbs, ev = _crash_events(tmp_path, text)
+    assert tbs.select("line", "line_end").rows() == [(4, 7)]
+    assert tbs["message"][0] == ("Traceback (most recent call last):\n"
+                                 '  File "/usr/lib/python3/dist-packages/vllm/v1/engine/core.py", line 701, in '
+                                 "run_engine_core\n    engine_core.run_busy_loop()\n"
+                                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.")
+    titles = dict(zip(ev["kind"], ev["title"]))
+    assert titles["python_traceback"].startswith("torch.OutOfMemoryError: CUDA out of memory")
+    assert titles["scheduler_exception"] == "vLLM EngineCore encountered a fatal error"
+    assert "cuda_oom" in titles
