@@ -58,8 +58,10 @@ def _vllm_repeats(recs: pl.DataFrame) -> pl.DataFrame:
     keeps its prefix (a new record: `NEW_RECORD`)."""
     if "format" not in recs.columns:
         return recs
-    has = (pl.col("format").is_in(list(JOURNAL_TEXT)) & pl.col("message").str.contains(VLLM_START)).fill_null(False)
-    idx = recs.select(has.arg_true().alias("i"))["i"]
+    idx = recs.select(pl.col("message").str.contains(VLLM_START).fill_null(False).arg_true().alias("i"))["i"]
+    if idx.len() < 2:
+        return recs
+    idx = idx.filter(recs[idx].get_column("format").is_in(list(JOURNAL_TEXT)))
     if idx.len() < 2:
         return recs
     sub = recs[idx]

@@ -22,7 +22,7 @@ from .formats.vllm import HEAD, PROCESS
 
 PREFIX = "^((?:" + PROCESS + ")?" + HEAD + ")"
 # what a message must start with to hold the prefix: a cheap test first
-START = r"^(?:\(|DEBUG |INFO |WARNING |ERROR |CRITICAL )"
+START = r"^(?:\([A-Za-z_][\w.\-]* (?:rank=\d+ )?pid=\d|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d )"
 _REST = (r"^(?:\s|Traceback \(most recent call last\):|During handling of the above exception|"
          r"The above exception was the direct cause|$)")
 _EXCEPTION = r"^[A-Za-z_][\w.]*(?::|$)"
