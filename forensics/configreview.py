@@ -641,6 +641,15 @@ def tp_note(flags: Mapping[str, str], hw: Hardware) -> str:
             "check that every rank started and that the GPUs count is what the server expects.")
 
 
+_DUMP = re.compile(r"\s*(?:server_args=)?(?:ServerArgs\(|Namespace\(|\{)")
+
+
+def is_dump(command: str) -> bool:
+    """Whether a launch configuration is a server's dump of every argument (SGLang's `ServerArgs(...)`, vLLM's
+    `Namespace(...)`, their dicts) rather than a command line: a dump lists the defaults too."""
+    return _DUMP.match(command) is not None
+
+
 def review_configs(config_events: Sequence[EventView], kn: Knowledge, hw: Hardware = Hardware()
                    ) -> tuple[ServerConfig, ...]:
     """One ServerConfig per unit (or per host for configs without a unit): the most complete launch command

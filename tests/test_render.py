@@ -370,3 +370,27 @@ def test_the_compiled_templates_cache_is_only_a_cache(tmp_path: Path, monkeypatc
         f.write_bytes(b"not bytecode")
     assert render_report([inc], "md", OPTS) == want
     assert render_report([inc], "html", OPTS) == want_html
+
+
+def test_a_dump_of_every_argument_shows_the_reviewed_ones_and_counts_the_rest() -> None:
+    """A launch configuration read from a server's dump of every argument (`ServerArgs(...)`, vLLM's
+    `Namespace(...)`) lists the defaults too: the table keeps the arguments with a review note and says how many
+    others the quoted dump holds; the JSON report keeps them all. A command line's table is whole."""
+    from forensics.model import Flag, ServerConfig
+
+    inc = seed_incident()
+    dump = "ServerArgs(model_path='/m', mem_fraction_static=0.9, ds_heavy_channel_num=32, page_size=1)"
+    flags = (Flag("--model-path", "/m"), Flag("--mem-fraction-static", "0.9", "Aggressive."),
+             Flag("--ds-heavy-channel-num", "32"), Flag("--page-size", "1"))
+    cfg = ServerConfig(unit=inc.configs[0].unit, host=inc.configs[0].host, command=dump, flags=flags,
+                       evidence=inc.configs[0].evidence)
+    inc = replace(inc, configs=(cfg, *inc.configs[1:]))
+    md = render_report([inc], "md", OPTS)
+    section = md.split("## Configuration at the time of failure", 1)[1].split("\n## ", 1)[0]
+    assert "| `--mem-fraction-static` | `0.9` | Aggressive. |" in section
+    assert "`--ds-heavy-channel-num`" not in section and "`--page-size`" not in section
+    assert ("The dump's other 3 arguments (a dump lists the defaults too) have no review note: they are in the dump "
+            "above.") in section
+    assert "| `--tp-size` |" in section   # the other unit's ExecStart: every flag
+    js = render_report([inc], "json", OPTS)
+    assert '"--ds-heavy-channel-num"' in js

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from forensics.configreview import is_dump
 from forensics.model import Conclusion, Event, Evidence, Incident
 from forensics.render.data import Excerpt, ExcerptLine, ReportData
 from forensics.render.impact import unit_impacts
@@ -145,6 +146,7 @@ class ConfigView:
     command: str
     flags: tuple[FlagView, ...]
     arithmetic: tuple[str, ...]
+    folded: int = 0              # arguments of a dump left out of the table (no review note)
 
 
 @dataclass(frozen=True)
@@ -419,12 +421,17 @@ class _Builder:
         return tuple(rows)
 
     def configs(self) -> tuple[ConfigView, ...]:
-        return tuple(
-            ConfigView(unit=c.unit or "", host=c.host or "",
-                       where=self.where(c.evidence.path, c.evidence.line, c.evidence.line_end),
-                       command=c.command, flags=tuple(FlagView(f.name, f.value, f.note) for f in c.flags),
-                       arithmetic=c.arithmetic)
-            for c in self.i.configs)
+        """The launch configurations; of a dump of every argument (defaults too), the table keeps the arguments
+        with a review note and counts the others (they are in the quoted dump)."""
+        out = []
+        for c in self.i.configs:
+            flags = [FlagView(f.name, f.value, f.note) for f in c.flags]
+            shown = [f for f in flags if f.note] if is_dump(c.command) else flags
+            out.append(ConfigView(unit=c.unit or "", host=c.host or "",
+                                  where=self.where(c.evidence.path, c.evidence.line, c.evidence.line_end),
+                                  command=c.command, flags=tuple(shown), arithmetic=c.arithmetic,
+                                  folded=len(flags) - len(shown)))
+        return tuple(out)
 
     def environment(self) -> tuple[tuple[str, str], ...]:
         env = self.i.environment
