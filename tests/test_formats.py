@@ -378,3 +378,19 @@ def test_vllm_messages_and_their_tracebacks_are_one_record(tmp_path: Path, monke
         r2, e2 = _vllm_records(tmp_path / str(batch), monkeypatch, batch)
         assert r2.select(cols).equals(recs.select(cols)), batch
         assert e2.select("line", "rule", "title").equals(ev.select("line", "rule", "title")), batch
+
+
+def test_a_paste_mostly_of_systemctl_show_but_with_status_output_is_read_line_by_line() -> None:
+    """A terminal session whose lines are mostly `systemctl show` properties but which also holds a `systemctl
+    status` block: not read as systemctl-show (whose other lines would be text), so the status block's journal
+    lines still give their events."""
+    show = (SAMPLES / "systemctl-show.log").read_text().split("\n")[:60]
+    status = (SAMPLES / "systemctl-status.log").read_text()
+    text = "\n".join(["$ systemctl show sglang.service", *show, "$ systemctl status sglang.service"]) + "\n" + status
+    assert detect(pl.Series(text.split("\n"))).primary != "systemctl-show"
+    from forensics.match import match_records
+    from forensics.rulepacks import load_rules
+
+    ev = match_records(parse_text(text, path="session.txt", year=2025), load_rules(env={}))
+    rules = set(ev["rule"].to_list())
+    assert {"systemd.unit_oom_killed", "systemd.main_killed", "systemd.show_result", "systemd.show_exec_killed"} <= rules

@@ -32,16 +32,21 @@ RUNTIME = (r"^(?:Id|Names|ActiveState|SubState|LoadState|UnitFileState|MainPID|C
            r"ExecMainStatus|Result|NRestarts|InvocationID|MemoryCurrent|MemoryPeak|ControlGroup|StatusErrno|"
            r"[A-Za-z]+Timestamp(?:Monotonic)?)=")
 SECTION = r"^\[[A-Za-z]+\]$"
+MOSTLY = 0.9
 UNIT = r"([^/\s]+\.(?:service|socket|timer|mount|target|path|slice|scope|swap|device|automount))"
 
 
 class SystemctlShow(StructuredFormat):
     def detect_score(self, lines: pl.Series) -> float:
+        """The share of property lines, when nearly every line is one (at least MOSTLY): a terminal session that
+        also holds `systemctl status` output or journal lines is read line by line by the line formats instead,
+        where its properties are unit-file lines and the same rules read them."""
         head = lines.head(400)
         nonblank = head.filter(head.str.strip_chars() != "")
         if nonblank.len() == 0 or not nonblank.str.contains(RUNTIME).any() or nonblank.str.contains(SECTION).any():
             return 0.0
-        return float(nonblank.str.contains(PROPERTY).sum()) / nonblank.len()
+        share = float(nonblank.str.contains(PROPERTY).sum()) / nonblank.len()
+        return share if share >= MOSTLY else 0.0
 
     def parse_batch(self, lines: pl.DataFrame, ctx: PostContext, final: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Whole blocks become records; the lines from the batch's last blank line on wait for the next batch (the
