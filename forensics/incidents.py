@@ -613,8 +613,11 @@ def _gaps(c: _Cluster, evs: Sequence[EventView], members: Sequence[EventView], p
         kinds = ", ".join(sorted({e.kind for e in untimed}))
         out.append(Gap(what=f"The time of {len(untimed)} kernel event(s) ({kinds}) in {', '.join(paths)}",
                        why=("Their kernel seconds since boot are not anchored to a wall-clock time (no journal of the "
-                            "same boot to pair them with), so they cannot be placed next to the other lines."),
-                       commands=tuple(f"forensics ingest --force --boot-time 'YYYY-MM-DD HH:MM:SS' {p}" for p in paths)))
+                            "same boot to pair them with, no `systemctl show` boot time), so they cannot be placed next "
+                            "to the other lines. The boot time, copied off the host with the dmesg and ingested with "
+                            "it, anchors them; or give it with --boot-time."),
+                       commands=("systemctl show -p KernelTimestamp > kernel-timestamp.txt",
+                                 *(f"forensics ingest --force --boot-time 'YYYY-MM-DD HH:MM:SS' {p}" for p in paths))))
     # times printed without a year or a zone
     by_path: dict[str, set[str]] = {}
     for e in members:

@@ -713,6 +713,32 @@ def anchor_kernel_clocks(store: Store, opts: IngestOptions, rules) -> list[BootA
 REWRITE_TRIES = 5  # a source rewritten by another process meanwhile is computed again, up to this many times
 
 
+def kernel_timestamp_anchor(store: Store, boots: list[str], host: str | None) -> dict[str, BootAnchor]:
+    """The boot time `systemctl show` printed (`KernelTimestamp=`, the manager's property: when the kernel
+    started) for a source of one unanchored boot (a raw dmesg is the current boot's ring buffer, the boot
+    `systemctl show` describes when both were copied off the box together). Only when the store's `systemctl show`
+    outputs name one such time; {} otherwise."""
+    if len(boots) != 1:
+        return {}
+    shows = [e for e in store.sources() if "systemctl-show" in (e.formats or [e.format])]
+    found: dict[datetime, str] = {}
+    for e in shows:
+        try:
+            rows = (store.records_of(e).filter(pl.col("message").str.starts_with("KernelTimestamp="),
+                                               pl.col("ts").is_not_null())
+                    .select("ts", "path", "line").collect())
+        except FileNotFoundError:
+            continue
+        for ts, path, line in rows.iter_rows():
+            found.setdefault(ts, f"{path}:{line}")
+    if len(found) != 1:
+        return {}
+    (bt, where), = found.items()
+    how = (f"boot time {bt.strftime('%Y-%m-%d %H:%M:%S')} UTC from systemctl show's KernelTimestamp= ({where}), "
+           f"read as the boot of this dmesg (the current one when both were copied)")
+    return {boots[0]: BootAnchor(boots[0], host, bt, 0, 0.0, how)}
+
+
 def _anchor_source(store: Store, e: SourceEntry, opts: IngestOptions) -> list[BootAnchor] | None:
     """Anchor one source's monotonic-only records (its files as `e` lists them). The anchors applied, or
     None when another process rewrote the source's files meanwhile (nothing changed then)."""
@@ -728,16 +754,19 @@ def _anchor_source(store: Store, e: SourceEntry, opts: IngestOptions) -> list[Bo
                           pl.col("ts_source") != TimeSource.BOOT_ANCHORED.value,
                           h.is_in(mono_h.get_column("_h").implode()))
                   .select("ts", "message", "host").collect(engine="streaming"))
-        if walled.height == 0:
-            return []
-        walled_h = walled.select(h.alias("_h")).unique().get_column("_h")
-        mono = (src.filter(mono_only, h.is_in(walled_h.implode())).select("boot_id", "mono", "message", "host")
-                .collect(engine="streaming"))
-        walled = walled.join(mono.select("message").unique(), on="message", how="semi", maintain_order="left")
-        mono = mono.join(walled.select("message").unique(), on="message", how="semi", maintain_order="left")
+        anchors: dict[str, BootAnchor] = {}
+        if walled.height:
+            walled_h = walled.select(h.alias("_h")).unique().get_column("_h")
+            mono = (src.filter(mono_only, h.is_in(walled_h.implode())).select("boot_id", "mono", "message", "host")
+                    .collect(engine="streaming"))
+            walled = walled.join(mono.select("message").unique(), on="message", how="semi", maintain_order="left")
+            mono = mono.join(walled.select("message").unique(), on="message", how="semi", maintain_order="left")
+            anchors = {a.boot_id: a for a in find_anchors(mono, walled)}
+        if not anchors:
+            boots = src.filter(mono_only).select(pl.col("boot_id").unique()).collect().get_column("boot_id")
+            anchors = kernel_timestamp_anchor(store, boots.to_list(), opts.host)
     except FileNotFoundError:
         return None  # its files were replaced (and the old ones deleted) since `e` was read
-    anchors = {a.boot_id: a for a in find_anchors(mono, walled)}
     if not anchors:
         return []
     staging = store.staging()

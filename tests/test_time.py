@@ -156,6 +156,29 @@ def test_boot_time_option_anchors_dmesg(tmp_path: Path) -> None:
     assert iso(df) == ["2025-05-25T08:00:12.500000"] and df["ts_source"][0] == "boot_anchored"
 
 
+def test_dmesg_anchored_by_the_boot_time_systemctl_show_prints(tmp_path: Path) -> None:
+    """A raw dmesg of one boot and `systemctl show -p KernelTimestamp` copied with it (no journal to pair with):
+    the dmesg is anchored at that boot time, and says so; in either order of ingest. Two `systemctl show` outputs
+    naming two boot times anchor nothing (which boot the dmesg is of is not known)."""
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    (tmp_path / "dmesg.txt").write_text("[    0.000000] Linux version 6.8.0\n[ 8123.356789] hello\n")
+    (tmp_path / "boot.txt").write_text("KernelTimestamp=Sun 2025-05-25 18:02:05 UTC\nKernelTimestampMonotonic=0\n")
+    for order in (["dmesg.txt", "boot.txt"], ["boot.txt", "dmesg.txt"]):
+        store = Store(tmp_path / f"s-{order[0]}")
+        for name in order:   # one ingest each: the anchor is found whichever came first
+            ingest(store, [str(tmp_path / name)], IngestOptions())
+        df = records(store).filter(pl.col("path").str.ends_with("dmesg.txt"))
+        assert iso(df) == ["2025-05-25T18:02:05.000000", "2025-05-25T20:17:28.356789"], order
+        assert set(df["ts_source"]) == {"boot_anchored"} and "KernelTimestamp=" in df["ts_anchor"][0]
+    (tmp_path / "boot2.txt").write_text("KernelTimestamp=Mon 2025-05-26 07:00:00 UTC\n")
+    store = Store(tmp_path / "two")
+    ingest(store, [str(tmp_path / n) for n in ("dmesg.txt", "boot.txt", "boot2.txt")], IngestOptions())
+    df = records(store).filter(pl.col("path").str.ends_with("dmesg.txt"))
+    assert set(df["ts_source"]) == {"monotonic_only"}
+
+
 def test_dmesg_anchored_by_pairing_with_the_journal(tmp_path: Path) -> None:
     msgs = [(100.25, "NVRM: loading NVIDIA UNIX Open Kernel Module  575.57.08"), (2000.5, "EXT4-fs (nvme0n1p2): mounted"),
             (44238.512345, "Out of memory: Killed process 48213 (python3) total-vm:1kB, anon-rss:1kB")]
