@@ -1731,7 +1731,7 @@ def _fold_into(target: Finding, f: Finding, fold_statement: str) -> Finding:
                     next_steps=tuple(dict.fromkeys([*tc.next_steps, *fc.next_steps])))
     return replace(target, conclusion=concl, roles=_merge_roles(target.roles, f.roles),
                    event_ids=tuple(dict.fromkeys([*target.event_ids, *f.event_ids])),
-                   rules=(*target.rules, *f.rules))
+                   rules=tuple(dict.fromkeys([*target.rules, *f.rules])))
 
 
 def resolve(matches: Sequence[Match]) -> list[Finding]:
@@ -1806,22 +1806,12 @@ def _one_per_cause(found: Sequence[Finding]) -> list[Finding]:
     for f in found:
         c = f.conclusion
         key = (f.rules[0], c.cause_event, c.statement) if c.cause_event is not None else None
-        if key is None or key not in first:
-            if key is not None:
-                first[key] = len(out)
-            out.append(f)
+        if key is not None and key in first:
+            out[first[key]] = _fold_into(out[first[key]], f, "")
             continue
-        i = first[key]
-        w = out[i]
-        wc = replace(w.conclusion,
-                     explains=tuple(dict.fromkeys([*w.conclusion.explains, *c.explains])),
-                     evidence_for=_merge_evidence(w.conclusion.evidence_for, c.evidence_for),
-                     evidence_against=_merge_evidence(w.conclusion.evidence_against, c.evidence_against),
-                     alternatives=tuple(dict.fromkeys([*w.conclusion.alternatives, *c.alternatives])),
-                     next_steps=tuple(dict.fromkeys([*w.conclusion.next_steps, *c.next_steps])))
-        out[i] = replace(w, conclusion=wc, roles=_merge_roles(w.roles, f.roles),
-                         event_ids=tuple(dict.fromkeys([*w.event_ids, *f.event_ids])),
-                         rules=tuple(dict.fromkeys([*w.rules, *f.rules])))
+        if key is not None:
+            first[key] = len(out)
+        out.append(f)
     return out
 
 

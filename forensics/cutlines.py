@@ -62,5 +62,3 @@ def note(n: int, first: int) -> str:
             f"status --no-pager without -l, journalctl --no-full, on a terminal): what they said there is not in the "
             f"file and rules may miss them; copy them whole with `systemctl status UNIT -l --no-pager` or "
             f"`journalctl ... --no-pager`, redirected to a file")
-
-

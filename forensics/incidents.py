@@ -639,9 +639,9 @@ def _gaps(c: _Cluster, evs: Sequence[EventView], members: Sequence[EventView], p
         unit = next((u for e in members if e.path == s.path and (u := e.entities.get("unit"))), "UNIT")
         out.append(Gap(what=f"The ends of {n} line(s) of {s.path} cut to the terminal's width (the first at line "
                             f"{first})",
-                       why=("They end in `…`: systemctl or journalctl printed them on a terminal (`systemctl status "
-                            "--no-pager` without `-l`, `journalctl --no-full`) and left out what did not fit, so a "
-                            "rule may have missed them and a value may be cut in half."),
+                       why=("They hold `…` where systemctl or journalctl, printing them on a terminal (`systemctl "
+                            "status --no-pager` without `-l`, `journalctl --no-full`), left out what did not fit, so "
+                            "a rule may have missed them and a value may be cut in half."),
                        commands=(f"systemctl status {unit} -l --no-pager > status.txt",
                                  f"journalctl -u {unit} --no-pager -o short-iso-precise > journal.txt")))
     out.extend(g for p, g in prep.assumptions if p in paths)

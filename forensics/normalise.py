@@ -16,9 +16,7 @@ from .schema import OUT_OF_RANGE, TS_MAX_US, TS_MIN_US
 UNIT_PREFIX = r"^([\w@.\-:\\]+\.(?:service|scope|slice|socket|timer|mount|target|path|device|swap|automount)): "
 SGLANG_IN_MSG = r"^\[(\d{4}-\d{2}-\d{2}) \d{2}:\d{2}:\d{2}(?:\.\d+)?((?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+)*)\] "
 NEW_RECORD = (r"^(\[\d{4}-\d{2}-\d{2} |\[rank\d+\]:|\[?[IWEF]\d{4} \d|INFO:|WARNING:|ERROR:|DEBUG:|CRITICAL:|"
-              r"Traceback \(most recent call last\):|Exception raised from |"
-              r"(?:\([A-Za-z_][\w.\-]*(?: rank=\d+)? pid=\d+(?:, ip=[^)]*)?\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-              r"\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
+              r"Traceback \(most recent call last\):|Exception raised from |" + VLLM_START.removeprefix("^") + ")")
 # the kernel's own stamp (seconds since boot) that rsyslog's imklog keeps at the head of a kernel message in
 # /var/log/kern.log and /var/log/syslog (its `ParseKernelTimestamp` is off by default): `kernel: [ 8123.356789] ...`
 KERNEL_STAMP = r"^\[\s*(\d{1,10}\.\d{1,9})\] ?"
@@ -68,17 +66,16 @@ def _vllm_repeats(recs: pl.DataFrame) -> pl.DataFrame:
     same = pl.lit(True)
     for k in KEY:
         same = same & pl.col(k).eq_missing(pl.col(k).shift(1))
-    after = (idx.diff() == 1).fill_null(False)   # the entry right before it holds a prefix too
+    # the entry right before it holds a prefix too, and is of the same process
+    prev_ok = (idx.diff() == 1).fill_null(False) & sub.select(same.fill_null(False)).to_series()
     msg = sub.get_column("message")
     pfx = msg.str.extract(VLLM_PREFIX, 1)
-    before = pl.Series(pfx).shift(1)
-    before = before.zip_with(after & sub.select(same.fill_null(False)).to_series(), pl.Series([None] * len(before),
-                                                                                              dtype=pl.String))
-    cont = continues(pfx, before, msg.str.slice(pfx.str.len_chars().fill_null(0)))
+    rest = msg.str.slice(pfx.str.len_chars().fill_null(0))
+    cont = continues(pfx, pl.select(pl.when(prev_ok).then(pfx.shift(1))).to_series(), rest)
     if not cont.any():
         return recs
-    new = pl.select(pl.when(cont).then(msg.str.slice(pfx.str.len_chars().fill_null(0))).otherwise(msg)).to_series()
-    return recs.with_columns(recs["message"].scatter(idx, new))
+    return recs.with_columns(recs["message"].scatter(idx, pl.select(pl.when(cont).then(rest).otherwise(msg))
+                                                     .to_series()))
 
 
 def _kernel_stamps(recs: pl.DataFrame) -> pl.DataFrame:
