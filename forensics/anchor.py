@@ -18,7 +18,9 @@ from .schema import TS_MAX_US, TS_MIN_US, TimeSource
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
-DISTINCT = r"\b(?:PID: |pid=|[Pp]rocess |task )\d{2,}"
+# a kernel line that only one host prints: it names a process by pid, or a GPU by its UUID (`NVRM: GPU at
+# PCI:0000:3b:00: GPU-5f3a2b1c-8d4e-...`, printed before an Xid)
+DISTINCT = r"\b(?:PID: |pid=|[Pp]rocess |task )\d{2,}|\bGPU-[0-9a-f]{8}-[0-9a-f]{4}-"
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ def pair_offsets(kernel_mono: pl.DataFrame, walled: pl.DataFrame, tolerance_s: f
             .join(total, on=["boot_id", "_whost"])
             # one burst (a single OOM report) is one moment, and its generic lines (stack frames, memory
             # summary) are the same on every host of a model: it counts only if a line naming a process
-            # (`Killed process 48213`, `PID: 48297`) pairs too
+            # (`Killed process 48213`, `PID: 48297`) or a GPU's UUID pairs too
             .filter(pl.col("pairs") * 2 > pl.col("_all"), (pl.col("moments") >= 2) | pl.col("distinct"))
             .sort(["pairs", "boot_id"], descending=[True, False])
             .unique("boot_id", keep="first", maintain_order=True))

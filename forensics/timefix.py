@@ -8,7 +8,9 @@ when the whole source has been read is the year decided (`SourceClock.finish`), 
   2. dated lines in the same file (a `systemctl status` paste's `Active: ... since`, SGLang lines around
      glog lines): each year-less line takes the year of the dated line before it
   3. the SGLang stamps carried inside the same journal lines
-  4. the journalctl header `-- Logs begin at ..., end at ... --`
+  4. the journalctl header `-- Logs begin at ..., end at ... --`, else a date(1) stamp printed in the file when
+     it was captured (nvidia-bug-report's `Date: Sun May 25 20:31:02 UTC 2025`, `nvidia-smi`'s table head or
+     `-q` `Timestamp :`, a `date` run in a pasted terminal session): the lines fall at or before it
   5. a full date for the same host from another source
   6. the file's modification time (a `.gz` header mtime when set)
 
@@ -18,6 +20,7 @@ size is fixed in bounded memory.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -29,6 +32,10 @@ from .timeparse import PROVISIONAL_YEAR
 
 SGLANG_DATE = r"^\[(\d{4}-\d{2}-\d{2}) \d{2}:\d{2}:\d{2}"
 HEADER_END = r"^-- (?:Logs begin at|Journal begins at) .*?, (?:end|ends) at \w{3} (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})"
+# date(1)'s C-locale output alone on a line (a zone name or offset optional), maybe after `Date:` or `Timestamp :`
+CAPTURE_DATE = (r"^(?:Date:\s*|Timestamp\s*:\s*)?(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) "
+                r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(\d{1,2}) (\d{2}:\d{2}:\d{2})"
+                r"(?: [A-Za-z]{1,6}| [+-]\d{2}:?\d{2})? (\d{4})\s*$")
 BOOT_LINE = r"^-- Boot ([0-9a-f]{32}) --$"
 INFERRED = TimeSource.YEAR_INFERRED.value
 DATED = (TimeSource.EXACT.value, TimeSource.ZONE_ASSUMED.value)
@@ -64,6 +71,7 @@ class SourceClock:
     first_ref: datetime | None = None
     sg: tuple[str, int, int] | None = None          # (date, provisional month, _w) of the first SGLang stamp
     header_end: str | None = None
+    captured: tuple[str, datetime] | None = None    # (the line, its time read as UTC) of a date(1) stamp
     first_inf: tuple[datetime, int] | None = None   # (provisional ts, _w)
     last_inf: tuple[datetime, int] | None = None
     host_counts: Counter = field(default_factory=Counter)
@@ -89,7 +97,25 @@ class SourceClock:
             h = recs.filter(pl.col("format") == "text")["message"].str.extract(HEADER_END, 1).drop_nulls()
             if h.len():
                 self.header_end = h[0]
+        if self.header_end is None and self.captured is None:
+            self._capture_date(recs)
         return self._years(recs)
+
+    def _capture_date(self, recs: pl.DataFrame) -> None:
+        """The first date(1) stamp among the batch's text lines, if any (anchor 4)."""
+        msg = recs.filter(pl.col("format") == "text")["message"]
+        found = msg.filter(msg.str.contains(CAPTURE_DATE))
+        for line in found.to_list():
+            m = re.match(CAPTURE_DATE, line)
+            if m is None:
+                continue
+            mon, day, hms, year = m.groups()
+            try:
+                t = datetime.strptime(f"{mon} {day} {year} {hms}", "%b %d %Y %H:%M:%S")
+            except ValueError:  # Feb 30
+                continue
+            self.captured = (line.strip(), t.replace(tzinfo=timezone.utc))
+            return
 
     def decide_order(self, recs: pl.DataFrame) -> None:
         """Newest first (`journalctl -r`) or not, from a sample of the source's first records."""
@@ -183,7 +209,7 @@ class SourceClock:
     def wants_host_anchor(self) -> bool:
         """Whether the year must come from another source of the same host (anchor 5): no better one was seen."""
         return (self.inferred and self.year is None and self.first_ref is None and self.sg is None
-                and self.header_end is None)
+                and self.header_end is None and self.captured is None)
 
     def finish(self) -> tuple[list[pl.Expr], str]:
         """Expressions that give year-less records their final UTC time, and how times were obtained."""
@@ -241,6 +267,9 @@ class SourceClock:
         if self.header_end is not None:
             end = datetime.strptime(self.header_end, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
             return off + self._end_year(end), f"the journalctl header (`... end at {self.header_end}`)"
+        if self.captured is not None:
+            line, end = self.captured
+            return off + self._end_year(end), f"the date printed when the file was captured (`{line}`)"
         hosts = sorted(h for h in self.host_counts if h in self.anchors)
         if hosts:
             a = self.anchors[hosts[0]]

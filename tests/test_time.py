@@ -458,3 +458,38 @@ def test_a_file_of_zone_less_stamps_with_year_less_ones_says_the_zone_once(tmp_p
     assert e.time_anchor.startswith("year inferred: the dated lines around them in the same file; zone assumed UTC "
                                     "(the stamps print no zone; pass --tz to change)"), e.time_anchor
     assert set(records(store)["ts_source"]) == {"year_inferred", "zone_assumed"}
+
+
+@pytest.mark.parametrize("stamp,expected", [
+    ("Sun May 25 20:31:02 UTC 2025", "2025-05-25T20:17:03.000000"),           # `date` in a terminal session
+    ("Sun May 25 20:31:05 2025", "2025-05-25T20:17:03.000000"),               # nvidia-smi's table head
+    ("Timestamp                                 : Sun May 25 20:31:05 2025", "2025-05-25T20:17:03.000000"),
+    ("Date: Thu Jan  1 00:10:00 CET 2026", "2025-05-25T20:17:03.000000"),     # taken in the next year
+])
+def test_year_from_a_date_stamp_printed_in_the_file(tmp_path: Path, stamp: str, expected: str) -> None:
+    text = f"{stamp}\nMay 25 20:17:03 gpu-a07 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+    path = tmp_path / "capture.txt"
+    path.write_text(text)
+    y2030 = 1893456000
+    os.utime(path, (y2030, y2030))
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    store = Store(tmp_path / "s")
+    ingest(store, [str(path)], IngestOptions())
+    df = records(store).filter(pl.col("ts").is_not_null())
+    assert iso(df) == [expected]
+    assert "the date printed when the file was captured" in df["ts_anchor"][0]
+
+
+def test_a_date_stamp_inside_a_message_is_no_capture_date(tmp_path: Path) -> None:
+    text = ("May 25 20:17:03 h app[1]: Sun May 25 20:31:05 2019\n")
+    path = tmp_path / "j.log"
+    path.write_text(text)
+    os.utime(path, (1748200000, 1748200000))  # 2025-05-25
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    store = Store(tmp_path / "s")
+    ingest(store, [str(path)], IngestOptions())
+    assert iso(records(store)) == ["2025-05-25T20:17:03.000000"]

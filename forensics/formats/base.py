@@ -39,8 +39,11 @@ class Stamp(str, Enum):
 class Continuation(str, Enum):
     """Which unmatched lines after a record belong to it."""
 
-    INDENTED = "indented"   # only lines starting with white space (journalctl continuation lines)
-    ANY = "any"             # any line not starting a record (tracebacks, dmesg raw continuations)
+    # only lines starting with white space: journalctl's continuation lines, and dmesg's (util-linux indents the
+    # further lines of a multi-line kernel message), so a pasted section after a dmesg (nvidia-bug-report) is not
+    # taken into its last record
+    INDENTED = "indented"
+    ANY = "any"             # any line not starting a record (Python tracebacks under a logger's line)
     NONE = "none"           # every line is its own record
 
 

@@ -9,7 +9,7 @@ FORMAT = LineFormat(
     fast_pattern='^(?P<_head>(?P<stamp>\\[(?:Mon|T(?:ue|hu)|Wed|Fri|S(?:at|un)) (?P<mon>J(?:an|u[nl])|Feb|Ma[ry]|A(?:pr|ug)|Sep|Oct|Nov|Dec) +(?P<day>[0-9][0-9]?) (?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2}) (?P<year>[0-9]{4})(?: < *[-+]?[0-9]+\\.[0-9]+>)?\\]) ?)',
     stamp=Stamp.CTIME,
     priority=27,
-    continuation=Continuation.ANY,
+    continuation=Continuation.INDENTED,
     defaults={"ident": "kernel"},
     example='[Sun May 25 20:17:18 2025] Out of memory: Killed process 48213 (python3) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:8kB oom_score_adj:0',
 )

@@ -9,7 +9,7 @@ FORMAT = LineFormat(
     fast_pattern='^(?P<_head>(?P<facility>[a-z0-9]+) *:(?P<level>[a-z]+) *: (?P<stamp>\\[ *(?P<mono>[0-9]+\\.[0-9]+)(?: < *[-+]?[0-9]+\\.[0-9]+>)?\\]) ?)',
     stamp=Stamp.MONO,
     priority=28,
-    continuation=Continuation.ANY,
+    continuation=Continuation.INDENTED,
     defaults={"ident": "kernel"},
     example='kern  :err   : [ 8123.456801] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.',
 )

@@ -9,7 +9,7 @@ FORMAT = LineFormat(
     fast_pattern='^(?P<_head>(?P<stamp>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]{6}[+-][0-9]{2}:?[0-9]{2}) )',
     stamp=Stamp.ISO,
     priority=26,
-    continuation=Continuation.ANY,
+    continuation=Continuation.INDENTED,
     defaults={"ident": "kernel"},
     example='2025-05-25T20:17:18,512345+00:00 Out of memory: Killed process 48213 (python3) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:8kB oom_score_adj:0',
 )

@@ -9,7 +9,7 @@ FORMAT = LineFormat(
     fast_pattern='^(?P<_head><(?P<prio>[0-9]{1,3})>(?P<stamp>\\[ *(?P<mono>[0-9]+\\.[0-9]+)(?: < *[-+]?[0-9]+\\.[0-9]+>)?\\]) ?)',
     stamp=Stamp.MONO,
     priority=29,
-    continuation=Continuation.ANY,
+    continuation=Continuation.INDENTED,
     defaults={"ident": "kernel"},
     example='<3>[ 8123.456801] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.',
 )

@@ -79,7 +79,7 @@ FORMAT = DmesgReltime(
                 "before; times to the minute (the seconds of each minute's first record are not printed)",
     pattern=MINUTE,
     stamp=Stamp.SYSLOG_NOYEAR,
-    continuation=Continuation.ANY,
+    continuation=Continuation.INDENTED,
     priority=26,
     defaults={"ident": "kernel"},
     example="[May25 20:17] python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0\n"
