@@ -8,7 +8,6 @@ a broken user template, ...).
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 
+from forensics.outfile import write_text
 from forensics.render.sandbox import SECONDS as TEMPLATE_SECONDS
 from forensics.sourcefile import read_source_file
 
@@ -49,9 +49,7 @@ def _write(text: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(output)
+    write_text(output, text)
 
 
 @click.command("report")

@@ -36,6 +36,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .outfile import write_text
+
 __all__ = ["KINDS", "RedactionMap", "Redactor", "RedactionError"]
 
 T = TypeVar("T")
@@ -161,10 +163,7 @@ class RedactionMap:
         data = {"version": MAP_VERSION,
                 "note": "original values: keep this file private",
                 "map": {k: dict(self.entries.get(k, {})) for k in KINDS}}
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        write_text(Path(path), json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 # ----------------------------------------------------------------------------- walking the data
