@@ -632,8 +632,10 @@ def _gaps(c: _Cluster, evs: Sequence[EventView], members: Sequence[EventView], p
     # lines a terminal cut short, in the sources of the incident's events
     cited = {e.path for e in members}
     for s in prep.sources:
+        if s.path not in cited:
+            continue
         cut = next((c for n in (s.notes or ()) if (c := read_cut_note(n)) is not None), None)
-        if cut is None or s.path not in cited:
+        if cut is None:
             continue
         first, n = cut
         unit = next((u for e in members if e.path == s.path and (u := e.entities.get("unit"))), "UNIT")

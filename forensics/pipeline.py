@@ -713,14 +713,18 @@ def anchor_kernel_clocks(store: Store, opts: IngestOptions, rules) -> list[BootA
 REWRITE_TRIES = 5  # a source rewritten by another process meanwhile is computed again, up to this many times
 
 
-def kernel_timestamp_anchor(store: Store, boots: list[str], host: str | None) -> dict[str, BootAnchor]:
+def kernel_timestamp_anchor(store: Store, mono: pl.LazyFrame, host: str | None) -> dict[str, BootAnchor]:
     """The boot time `systemctl show` printed (`KernelTimestamp=`, the manager's property: when the kernel
-    started) for a source of one unanchored boot (a raw dmesg is the current boot's ring buffer, the boot
-    `systemctl show` describes when both were copied off the box together). Only when the store's `systemctl show`
-    outputs name one such time; {} otherwise."""
+    started) for a source whose unanchored records (`mono`) are of one boot (a raw dmesg is the current boot's ring
+    buffer, the boot `systemctl show` describes when both were copied off the box together). Only when the store's
+    `systemctl show` outputs name one such time; {} otherwise. The source's boots are read only when the store
+    holds a `systemctl show` output."""
+    shows = [e for e in store.sources() if "systemctl-show" in (e.formats or [e.format])]
+    if not shows:
+        return {}
+    boots = mono.select(pl.col("boot_id").unique()).collect().get_column("boot_id").to_list()
     if len(boots) != 1:
         return {}
-    shows = [e for e in store.sources() if "systemctl-show" in (e.formats or [e.format])]
     found: dict[datetime, str] = {}
     for e in shows:
         try:
@@ -763,8 +767,7 @@ def _anchor_source(store: Store, e: SourceEntry, opts: IngestOptions) -> list[Bo
             mono = mono.join(walled.select("message").unique(), on="message", how="semi", maintain_order="left")
             anchors = {a.boot_id: a for a in find_anchors(mono, walled)}
         if not anchors:
-            boots = src.filter(mono_only).select(pl.col("boot_id").unique()).collect().get_column("boot_id")
-            anchors = kernel_timestamp_anchor(store, boots.to_list(), opts.host)
+            anchors = kernel_timestamp_anchor(store, src.filter(mono_only), opts.host)
     except FileNotFoundError:
         return None  # its files were replaced (and the old ones deleted) since `e` was read
     if not anchors:

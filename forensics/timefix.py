@@ -94,17 +94,17 @@ class SourceClock:
         if self.rev is None:
             self._decide_order(recs)
         if self.header_end is None:
-            h = recs.filter(pl.col("format") == "text")["message"].str.extract(HEADER_END, 1).drop_nulls()
+            text = recs.filter(pl.col("format") == "text")["message"]
+            h = text.str.extract(HEADER_END, 1).drop_nulls()
             if h.len():
                 self.header_end = h[0]
-        if self.header_end is None and self.captured is None:
-            self._capture_date(recs)
+            elif self.captured is None:
+                self._capture_date(text)
         return self._years(recs)
 
-    def _capture_date(self, recs: pl.DataFrame) -> None:
-        """The first date(1) stamp among the batch's text lines, if any (anchor 4)."""
-        msg = recs.filter(pl.col("format") == "text")["message"]
-        found = msg.filter(msg.str.contains(CAPTURE_DATE))
+    def _capture_date(self, text: pl.Series) -> None:
+        """The first date(1) stamp among a batch's text lines, if any (anchor 4)."""
+        found = text.filter(text.str.contains(CAPTURE_DATE))
         for line in found.to_list():
             m = re.match(CAPTURE_DATE, line)
             if m is None:
