@@ -297,6 +297,25 @@ class EventSource:
             self._prepare(rows)
         return [self.primaries[s] for s in sorted(picked["_seq"].to_list()) if s in self.primaries]
 
+    def load_windows(self, windows: Sequence[tuple[float, float, pl.Expr]]) -> list[EventView]:
+        """`load` of the events each window (start, end in epoch seconds, a mask) selects among those whose time
+        may fall within it (`window_mask`). The narrow frame is in time order, so each window is a slice found
+        by binary search: an `any_horizontal` of the windows' masks would be evaluated on every event."""
+        t = self.narrow.get_column("t_us")
+        timed = t.len() - t.null_count()
+        t = t.slice(0, timed)
+        if t.null_count() or not t.is_sorted():   # not in time order (cannot happen for a narrow frame): masks
+            return self.load(pl.any_horizontal([window_mask(lo, hi) & m for lo, hi, m in windows]))
+        parts = []
+        for lo, hi, mask in windows:
+            a = int(t.search_sorted(us(lo - _SLACK_S), side="left"))
+            b = int(t.search_sorted(us(hi + _SLACK_S), side="right"))
+            if b > a:
+                parts.append(self.narrow.slice(a, b - a).filter(mask).select("_seq"))
+        if not parts:
+            return []
+        return self.load(pl.concat(parts).unique())
+
     def remap(self, fn: Callable[[EventView], EventView]) -> None:
         """Apply `fn` again to every primary kept so far (after what `finish` does changed)."""
         for seq, e in list(self.primaries.items()):
@@ -409,7 +428,10 @@ def us(t: float) -> int:
     return int(t * 1_000_000) if t >= 0 else -int(-t * 1_000_000) - 1
 
 
-def window_mask(t_lo: float, t_hi: float, slack_s: float = 1.0) -> pl.Expr:
+_SLACK_S = 1.0
+
+
+def window_mask(t_lo: float, t_hi: float, slack_s: float = _SLACK_S) -> pl.Expr:
     """Events whose time may fall within [t_lo, t_hi] (a little wider: the exact test is made on the views)."""
     return pl.col("t_us").is_between(us(t_lo - slack_s), us(t_hi + slack_s))
 

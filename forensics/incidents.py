@@ -64,7 +64,6 @@ from .correlate_store import (
     signature,
     unit_may_be,
     units_by_pid,
-    window_mask,
 )
 from .correlate_local import LocalMatcher
 from .dayscope import Reach, Span, Window, day_of, first_window
@@ -880,11 +879,9 @@ class _Builder:
                 return found, clusters
 
     def _load_starts(self, pairs: list[tuple[_Cluster, _Cluster]]) -> list[EventView]:
-        masks = [(pl.col("host") == a.host) & window_mask(a.end, a.end + self.gap_s) & unit_may_be(b.units)
-                 for a, b in pairs if b.units and a.end is not None]
-        if not masks:
-            return []
-        return self.src.load(pl.col("kind").is_in(list(STARTS)) & pl.any_horizontal(masks))
+        start = pl.col("kind").is_in(list(STARTS))
+        return self.src.load_windows([(a.end, a.end + self.gap_s, start & (pl.col("host") == a.host)
+                                       & unit_may_be(b.units)) for a, b in pairs if b.units and a.end is not None])
 
     # -- the incidents themselves
     def build(self, skels: Sequence[_Skeleton]) -> list[Incident]:
@@ -893,18 +890,17 @@ class _Builder:
         src, gap_s = self.src, self.gap_s
         # the events the incidents show: the context of each (host, window, its units), journald's suppressions,
         # and every event on a line cited as evidence (a cited line's copies are cited too)
-        masks = []
+        windows = []
         locs: set[tuple[str, int]] = set()
         for sk in skels:
             if sk.t0 is not None and sk.t1 is not None:
-                masks.append((pl.col("host") == sk.cluster.host)
-                             & window_mask(sk.t0 - gap_s, sk.t1 + min(gap_s, 300.0))
-                             & (unit_may_be(sk.units) | (pl.col("kind") == "journal_suppressed")))
+                windows.append((sk.t0 - gap_s, sk.t1 + min(gap_s, 300.0), (pl.col("host") == sk.cluster.host)
+                                & (unit_may_be(sk.units) | (pl.col("kind") == "journal_suppressed"))))
             for f in sk.ordered:
                 for ev in (*f.conclusion.evidence_for, *f.conclusion.evidence_against):
                     locs.add((ev.path, ev.line))
-        if masks:
-            src.load(pl.any_horizontal(masks))
+        if windows:
+            src.load_windows(windows)
         if locs:
             ps, ls = zip(*sorted(locs))
             src.load(pl.DataFrame({"path": list(ps), "line": list(ls)},

@@ -308,3 +308,57 @@ def test_local_firing_leaves_far_firings_alone() -> None:
     lm.run()
     every = sum(len(find_matches(Timeline(evs), c, Coverage([]))) for c in corrs)
     assert every >= 400 and len(lm.matches) < 20
+
+
+# ---------------------------------------------------------------------------------------- loading by windows
+
+
+def _events_frame(seed: int, n: int = 400) -> pl.LazyFrame:
+    rnd = random.Random(seed)
+    kinds = ["service_started", "service_failed", "python_traceback", "journal_suppressed", "oom_kill"]
+    rows = []
+    for i in range(n):
+        untimed = rnd.random() < 0.1
+        ts = None if untimed else T0 + timedelta(seconds=rnd.randrange(0, 80) / 4)  # many on a window's edges
+        rows.append({"ts": ts, "ts_source": "exact", "kind": rnd.choice(kinds), "rule": "r",
+                     "severity": rnd.choice(["error", "info"]), "role": rnd.choice(["cause", "symptom", "context"]),
+                     "host": rnd.choice(["a", "b", None]), "unit": rnd.choice(["x.service", "y.service", None, ""]),
+                     "pid": rnd.choice([None, 7, 8]), "title": "t", "fields": "{}", "message": f"m{rnd.randrange(5)}",
+                     "source_id": "s", "path": rnd.choice(["p1", "p2"]), "line": i + 1, "line_end": i + 1,
+                     "format": "journal-short-iso"})
+    from forensics.schema import EVENT_SCHEMA
+    return pl.DataFrame(rows, schema=EVENT_SCHEMA).lazy().with_row_index("_row")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_load_windows_is_the_masks_load(seed: int) -> None:
+    """Loading by windows (slices of the time-ordered narrow frame) prepares and returns what the `any_horizontal`
+    of the windows' masks did, at the edges of a window too (its slack), and when the frame were out of order."""
+    from forensics.correlate_store import EventSource, unit_may_be, window_mask
+
+    rnd = random.Random(seed)
+    lf = _events_frame(seed)
+    base = T0.timestamp()
+    windows = []
+    for _ in range(rnd.randrange(1, 6)):
+        lo = base + rnd.randrange(0, 80) / 4
+        hi = lo + rnd.choice([0, 0.25, 1, 3])
+        mask = (pl.col("host") == rnd.choice(["a", "b"])) & unit_may_be([rnd.choice(["x.service", "y.service"])])
+        if rnd.random() < 0.5:
+            mask = mask & pl.col("kind").is_in(["service_started", "journal_suppressed"])
+        windows.append((lo, hi, mask))
+
+    def ids(evs: list[EventView]) -> list[str]:
+        return [e.id for e in evs]
+
+    ref = EventSource(lf, None)
+    want = ref.load(pl.any_horizontal([window_mask(lo, hi) & m for lo, hi, m in windows]))
+    got_src = EventSource(lf, None)
+    got = got_src.load_windows(windows)
+    assert ids(got) == ids(want)
+    assert sorted(got_src.primaries) == sorted(ref.primaries)
+    assert got_src.copies.keys() == ref.copies.keys()
+    shuffled = EventSource(lf, None)
+    shuffled.narrow = shuffled.narrow.sample(fraction=1.0, shuffle=True, seed=seed)
+    assert ids(shuffled.load_windows(windows)) == ids(want)
+    assert EventSource(lf, None).load_windows([]) == []
