@@ -861,7 +861,8 @@ def sort_events(events: pl.DataFrame) -> pl.DataFrame:
 
 def views(events: pl.DataFrame, enrich: Any = None,
           host_gpus: Mapping[str, tuple[str | None, str]] | None = None, *, seq: str | None = None) -> list[EventView]:
-    """EventViews of a frame (sorted first). `enrich(kind, fields, message) -> fields` may add derived fields;
+    """EventViews of a frame (sorted first). `enrich(kind, fields, message) -> fields` may add derived fields
+    (into a new dict: the one it is given is shared by the events whose fields read the same);
     `host_gpus` (host -> (sm, GPU name) as the logs show them) names the GPU of an architecture error
     (`gpus_desc`) instead of the architecture's whole family. `seq` names a column holding each row's position
     in the deterministic order of a larger frame (a selection of a store's events): rows are taken in that
@@ -877,17 +878,23 @@ def views(events: pl.DataFrame, enrich: Any = None,
     cols = [df[n].to_list() if n in df.columns else [None] * df.height for n in names]
     out: list[EventView] = []
     utc = timezone.utc
+    parsed: dict[str, dict[str, Any]] = {}   # the fields of a crash-looping unit's events repeat: decoded once
     for i, ts, ts_source, kind, rule, severity, role, host, unit, pid, title, raw, message, source_id, path, line, \
             line_end, fmt in zip(seqs, *cols):
-        try:
-            fields = json.loads(raw) if raw else {}
-            if not isinstance(fields, dict):
+        fields = parsed.get(raw) if raw else {}
+        if fields is None:
+            try:
+                fields = json.loads(raw)
+                if not isinstance(fields, dict):
+                    fields = {}
+            except (TypeError, ValueError):
                 fields = {}
-        except (TypeError, ValueError):
-            fields = {}
+            parsed[raw] = fields
         kind = kind or ""
-        if enrich is not None:
+        if enrich is not None:   # a new dict (the decoded one is shared)
             fields = enrich(kind, fields, message or "")
+        elif fields:
+            fields = dict(fields)
         if host_gpus and fields.get("sm") and host in host_gpus:
             sm, name = host_gpus[host]
             if sm in (None, fields["sm"]):
