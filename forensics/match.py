@@ -821,9 +821,11 @@ class Matcher:
     """Matching over a stream of record batches (one source). Each batch is prefiltered when it comes (one
     pass over its messages); only its candidate records are kept, copied out of the batch's buffers, and the rules
     run over the candidates of many batches at once (which literals each holds is found then too): their fixed
-    cost per rule is paid per `flush_rows` candidates rather than per batch, and context patterns see across
-    batch cuts. `engine: regex` rules run within `budget` (one per source: `budget.timeouts()` tells which
-    timed out)."""
+    cost per rule is paid per `flush_rows` candidates rather than per batch. Context patterns see across every
+    cut, batch or flush: a flush keeps the candidates a later event's context may read before it (within the
+    rules' `lines`), and leaves the records from the first whose rule reads a context *after* it that has not
+    been read yet to the next flush (with everything after them: the events come in line order). `engine:
+    regex` rules run within `budget` (one per source: `budget.timeouts()` tells which timed out)."""
 
     def __init__(self, rules: RuleSet, *, flush_rows: int = 65_536, flush_bytes: int = 16 << 20,
                  budget: RegexBudget | None = None, carry: Sequence[str] = ()) -> None:
@@ -832,16 +834,26 @@ class Matcher:
         self.budget = budget if budget is not None else RegexBudget()
         self.flush_rows, self.flush_bytes = flush_rows, flush_bytes
         self._cand: list[pl.DataFrame] = []
-        self._rows = self._kept = self._bytes = 0   # records seen, candidates kept, their message bytes
+        self._held: pl.DataFrame | None = None   # candidates kept by the last flush: context, and deferred anchors
+        self._from = 0                          # the first ROW not yet tried as an anchor
+        self._rows = self._kept = self._bytes = 0   # records seen (ROW ids), new candidates kept, their message bytes
+        self._last = 0                          # the last line of the records seen
         self._table = _literal_tables(rules)
         self._conds: dict[str | None, pl.Expr | None] = {None: _prefilter_expr(rules)}
+        self._after = {i: max(c.lines for c in r.context if c.direction is Direction.AFTER)
+                       for i, r in enumerate(rules.rules) if any(c.direction is Direction.AFTER for c in r.context)}
+        # (rule, context) -> how many lines before a later anchor its context pattern may read
+        self._ctx_lines = pl.DataFrame(
+            [(i, j, c.lines) for i, r in enumerate(rules.rules) for j, c in enumerate(r.context)
+             if c.direction is Direction.BEFORE],
+            schema={"_kr": pl.Int32, "_kc": pl.Int32, "_lines": pl.Int64}, orient="row")
 
     def add(self, records: pl.DataFrame) -> pl.DataFrame:
         """Take a batch; returns the events of a flush when enough candidates have gathered, else none."""
-        return self.finish() if self.keep(records) else empty_events()
+        return self.flush() if self.keep(records) else empty_events()
 
     def keep(self, records: pl.DataFrame) -> bool:
-        """Prefilter a batch and keep its candidates; True when enough have gathered for a flush (`finish`)."""
+        """Prefilter a batch and keep its candidates; True when enough have gathered for a flush (`flush`)."""
         if records.height and self.rules.rules:
             cand = _candidate_rows(_frame(records, self._rows, self.carry), self._cond(records))
             if cand.height:
@@ -850,6 +862,10 @@ class Matcher:
                 self._kept += cand.height
                 self._bytes += int(cand.get_column("message").str.len_bytes().sum() or 0)
             self._rows += records.height
+            ends = [c for c in ("line_end", "line") if c in records.columns]
+            last = records.select(pl.coalesce(ends).max()).item() if ends else None
+            if last is not None:
+                self._last = max(self._last, int(last))
         return self._kept >= self.flush_rows or self._bytes >= self.flush_bytes
 
     def _cond(self, records: pl.DataFrame) -> pl.Expr | None:
@@ -863,18 +879,74 @@ class Matcher:
                 self._conds[ident] = _prefilter_expr(self.rules, ident)
         return self._conds[ident]
 
+    def flush(self) -> pl.DataFrame:
+        """The events of the candidates gathered so far whose contexts have all been seen (mid-stream)."""
+        return self._run(final=False)
+
     def finish(self) -> pl.DataFrame:
-        """The events of the candidates gathered so far (call at the end of the stream), each with the `carry`
-        columns of its record (when there are events: a source's lines are unique, an event's is its record's)."""
-        if not self._cand:
+        """The events of every candidate left (call at the end of the stream), each with the `carry` columns of
+        its record (when there are events: a source's lines are unique, an event's is its record's)."""
+        return self._run(final=True)
+
+    def _run(self, final: bool) -> pl.DataFrame:
+        held = [] if self._held is None else [self._held]
+        untried = bool(held) and int(held[0][ROW].max()) >= self._from
+        if not self._cand and not (final and untried):
+            if final:
+                self._reset()
             return empty_events()
-        cand = pl.concat(self._cand)
-        self._cand, self._rows, self._kept, self._bytes = [], 0, 0, 0
-        events = _apply_rules(cand, _pairs(cand, self.rules, self._table), self.rules, self.budget, True)
+        cand = pl.concat([*held, *self._cand])
+        self._cand, self._kept, self._bytes = [], 0, 0
+        pairs = _pairs(cand, self.rules, self._table)
+        row = pl.col(ROW)
+        end = None if final else self._deferred_from(cand, pairs)
+        anchors = row >= self._from if end is None else row.is_between(self._from, end, closed="left")
+        events = _apply_rules(cand, pairs.filter(anchors | (pl.col("_kc") != -1)), self.rules, self.budget, True)
         carry = [c for c in self.carry if c in cand.columns]
         if carry and events.height:
             events = events.join(cand.select("line", *carry), on="line", how="left", maintain_order="left")
+        if final:
+            self._reset()
+        else:
+            self._hold(cand, pairs, end)
         return events
+
+    def _deferred_from(self, cand: pl.DataFrame, pairs: pl.DataFrame) -> int | None:
+        """The ROW of the first candidate a rule may anchor on whose context after it reaches past the records
+        seen (None: no such candidate)."""
+        if not self._after:
+            return None
+        ahead = pl.DataFrame({"_kr": list(self._after), "_ahead": list(self._after.values())},
+                             schema={"_kr": pl.Int32, "_ahead": pl.Int64})
+        late = (pairs.filter((pl.col("_kc") == -1) & (pl.col(ROW) >= self._from)).join(ahead, on="_kr")
+                .join(cand.select(ROW, "line_end"), on=ROW)
+                .filter(pl.col("line_end") + 1 + pl.col("_ahead") > self._last))
+        return int(late[ROW].min()) if late.height else None
+
+    def _hold(self, cand: pl.DataFrame, pairs: pl.DataFrame, end: int | None) -> None:
+        """Keep what a later flush needs: the candidates from `end` on (not tried yet) and those before that a
+        context pattern may read before a later anchor. ROW ids are rebased so that they stay small."""
+        row = pl.col(ROW)
+        if end is None:
+            first_line = self._last + 1
+        else:
+            first_line = int(cand.filter(row == end)["line"][0])
+        before = cand if end is None else cand.filter(row < end)
+        reach = (pairs.join(self._ctx_lines, on=["_kr", "_kc"]).join(before.select(ROW, "line_end"), on=ROW)
+                 .filter(pl.col("line_end") >= first_line - 1 - pl.col("_lines")).select(ROW).unique())
+        parts = [before.join(reach, on=ROW, how="semi")]
+        if end is not None:
+            parts.append(cand.filter(row >= end))
+        held = pl.concat(parts).sort(ROW)
+        base = int(held[ROW].min()) if held.height else self._rows
+        # copied out: the rows kept would otherwise keep the text of every candidate of this flush alive
+        self._held = detached(held.with_columns((row - base).cast(pl.UInt32))) if held.height else None
+        self._from = (end if end is not None else self._rows) - base
+        self._rows -= base
+
+    def _reset(self) -> None:
+        self._cand, self._held = [], None
+        self._from = self._rows = self._kept = self._bytes = self._last = 0
 
 
 def _apply_rules(cand: pl.DataFrame, pairs: pl.DataFrame, rules: RuleSet, budget: RegexBudget,

@@ -346,16 +346,16 @@ class _Sink:
             recs.write_ipc(part, compression="uncompressed")  # staging only: the fastest to write and re-read
             self.parts.append(part)
         if due:
-            self._flush()
+            self._flush(final=False)
 
     def close(self) -> tuple[list[Path], list[Path], int]:
         if self.matcher:
-            self._flush()
+            self._flush(final=True)
         return self.parts, self.events, self.unparsed
 
-    def _flush(self) -> None:
+    def _flush(self, final: bool) -> None:
         with HEAVY.hold(FLUSH_WEIGHT):
-            self._spill(self.matcher.finish())
+            self._spill(self.matcher.finish() if final else self.matcher.flush())
 
     def _spill(self, ev: pl.DataFrame) -> None:
         if ev.height:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -640,6 +641,39 @@ def test_streamed_matching_is_the_same_wherever_batches_are_cut(rules: RuleSet, 
     got = pl.concat([m.add(recs.filter(pl.col("line") <= cut)), m.add(recs.filter(pl.col("line") > cut)),
                      m.finish()])
     assert got.equals(whole)
+
+
+@pytest.mark.parametrize("flush_rows", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("batch", [1, 7, 40])
+def test_streamed_matching_is_the_same_wherever_flushes_come(rules: RuleSet, flush_rows: int, batch: int) -> None:
+    """A flush mid-stream loses no context: an OOM report's `invoked oom-killer` (context before, up to 20,000
+    lines) and its `oom_reaper` (context after) land in other flushes than its `Killed process` line when
+    flushes come every few candidates, and the events are still those of matching the whole file at once, in
+    the same order (the seed dmesg, and the journal of the SGLang service around it)."""
+    here = Path(__file__).resolve().parent.parent / "samples" / "incident"
+    for name in ("dmesg.log", "journal-eagle3.log"):
+        recs = parse_text((here / name).read_text(), path=name)
+        whole = match_records(recs, rules)
+        m = Matcher(rules, flush_rows=flush_rows)
+        got = pl.concat([*(m.add(recs.slice(i, batch)) for i in range(0, recs.height, batch)), m.finish()])
+        assert got.equals(whole), name
+        if name == "dmesg.log":
+            assert whole.filter(pl.col("kind") == "oom_kill")["line_end"].to_list() == [173]
+
+
+def test_a_flush_holds_back_what_a_context_after_has_not_seen(rules: RuleSet) -> None:
+    """The `Killed process` line is the last record seen at a flush: its event waits for the next flush, which
+    sees its `oom_reaper` line; the candidates a flush keeps for later contexts stay few."""
+    here = Path(__file__).resolve().parent.parent / "samples" / "incident"
+    recs = parse_text((here / "dmesg.log").read_text(), path="dmesg.log")
+    killed = int(recs.filter(pl.col("message").str.contains("Killed process"))["line"][0])
+    m = Matcher(rules, flush_rows=1)
+    first = m.add(recs.filter(pl.col("line") <= killed))
+    assert first.filter(pl.col("kind") == "oom_kill").height == 0 and m._held is not None
+    assert m._held.height < 60
+    rest = pl.concat([m.add(recs.filter(pl.col("line") > killed)), m.finish()])
+    assert rest.filter(pl.col("kind") == "oom_kill")["line_end"].to_list() == [173]
+    assert pl.concat([first, rest]).equals(match_records(recs, rules))
 
 
 def test_streamed_matching_flushes_in_bounded_slices(rules: RuleSet) -> None:
