@@ -319,15 +319,6 @@ def _load_rules(opts: IngestOptions):  # -> RuleSet | None
     return load_rules([Path(d) for d in opts.rules_dirs])
 
 
-def match_events(records: pl.DataFrame, rules, budget: RegexBudget | None = None) -> pl.DataFrame:
-    """The events of one batch; `budget` (one per source) bounds the `engine: regex` rules over all its batches."""
-    if rules is None or records.height == 0:
-        return empty_events()
-    from .match import match_records
-
-    return match_records(records, rules, budget=budget)
-
-
 class _Sink:
     """The back of a source's stream: count unparsed lines, match (events spilled to disk as they come) and stage
     each batch of records as an Arrow part for the final fix."""
@@ -797,7 +788,22 @@ def _anchor_source(store: Store, e: SourceEntry, opts: IngestOptions) -> list[Bo
     return list(anchors.values())
 
 
-RESCAN_ROWS = 1_000_000
+RESCAN_ROWS = 131_072   # records read at a time: the matcher keeps only their candidates
+
+
+def _rescan_events(lf: pl.LazyFrame, n: int, rules, budget: RegexBudget) -> list[pl.DataFrame]:
+    """The events of a stored source's records, read a slice at a time and matched as ingest matches a stream
+    (a context pattern reads across the slices' cuts)."""
+    if rules is None:
+        return []
+    from .match import Matcher
+
+    matcher = Matcher(rules, budget=budget)
+    events = []
+    for i in range(0, max(n, 1), RESCAN_ROWS):
+        if matcher.keep(lf.slice(i, RESCAN_ROWS).collect()):
+            events.append(matcher.flush())
+    return [*events, matcher.finish()]
 
 
 def rescan(store: Store, opts: IngestOptions, on_timeout: Callable[[RuleTimeout], None] | None = None) -> int:
@@ -814,8 +820,7 @@ def rescan(store: Store, opts: IngestOptions, on_timeout: Callable[[RuleTimeout]
             try:
                 lf = store.records_of(e)
                 budget = RegexBudget()
-                events = [match_events(lf.slice(i, RESCAN_ROWS).collect(), rules, budget)
-                          for i in range(0, max(e.records, 1), RESCAN_ROWS)]
+                events = _rescan_events(lf, e.records, rules, budget)
             except FileNotFoundError:
                 continue  # its records were replaced since `e` was read
             ev = pl.concat(events) if events else empty_events()

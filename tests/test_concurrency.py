@@ -195,16 +195,16 @@ def test_rescan_does_not_undo_a_concurrent_anchoring(tmp_path: Path, monkeypatch
     assert not ingest(store, [str(dmesg)], IngestOptions()).failed
     (before,) = store.sources()
     assert before.first_ts is None and before.ts_sources.get("monotonic_only")
-    real = pipeline.match_events
+    real = pipeline._rescan_events
     done = []
 
-    def other_process_meanwhile(records, rules, *budget):  # noqa: ANN001, ANN002, ANN202
+    def other_process_meanwhile(*a, **k):  # noqa: ANN002, ANN003, ANN202
         if not done:   # while rescan matches dmesg.log, another ingest lands the journal and anchors dmesg.log
             done.append(True)
             assert not ingest(Store(tmp_path / "s"), [str(journal)], IngestOptions()).failed
-        return real(records, rules, *budget)
+        return real(*a, **k)
 
-    monkeypatch.setattr(pipeline, "match_events", other_process_meanwhile)
+    monkeypatch.setattr(pipeline, "_rescan_events", other_process_meanwhile)
     rescan(store, IngestOptions())
     entry = {e.path: e for e in store.sources()}[str(dmesg)]
     recs = store.records([entry.source_id]).collect()

@@ -857,3 +857,22 @@ def test_titles_of_an_exception_without_a_message_and_of_a_reboot_line() -> None
     assert ev.filter(pl.col("kind") == "python_traceback")["title"].to_list() == ["asyncio.exceptions.CancelledError"]
     ev = match_records(parse_text("-- Reboot --\nMay 25 20:17:19 h systemd[1]: Started x.service.\n"), rules)
     assert "new boot" in ev["title"].to_list()
+
+
+def test_rescan_reads_contexts_across_its_slices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`forensics rescan` reads a source's records a slice at a time and matches them as ingest does: an OOM
+    report cut by a slice keeps its trigger and reaper lines (before, each slice was matched alone)."""
+    from forensics import pipeline
+    from forensics.pipeline import IngestOptions, ingest, rescan
+    from forensics.store import Store
+
+    dmesg = Path(__file__).resolve().parent.parent / "samples" / "incident" / "dmesg.log"
+    store = Store(tmp_path / "s")
+    assert not ingest(store, [str(dmesg)], IngestOptions()).failed
+    (entry,) = store.sources()
+    want = store.events([entry.source_id]).collect()
+    monkeypatch.setattr(pipeline, "RESCAN_ROWS", 5)
+    assert rescan(store, IngestOptions()) == want.height
+    got = store.events([entry.source_id]).collect()
+    assert got.equals(want)
+    assert got.filter(pl.col("kind") == "oom_kill")["line_end"].to_list() == [173]
