@@ -440,10 +440,17 @@ def _candidate_rows(recs: pl.DataFrame, cond: pl.Expr | None) -> pl.DataFrame:
     return recs.clear() if cond is None else recs.filter(cond)
 
 
+_PAIRS_ROWS = 16_384   # candidates whose literals are listed at a time (the lists of a whole flush's took 50 MiB)
+
+
 def _pairs(cand: pl.DataFrame, rules: RuleSet, table: pl.DataFrame | None = None) -> pl.DataFrame:
     """(ROW, rule, context) for every literal each candidate holds: which rules (and context patterns) to try."""
     if cand.height == 0:
         return _NO_PAIRS
+    table = _literal_tables(rules) if table is None else table
+    if cand.height > _PAIRS_ROWS:
+        return pl.concat([_pairs(cand.slice(i, _PAIRS_ROWS), rules, table)
+                          for i in range(0, cand.height, _PAIRS_ROWS)])
     msg = pl.col("message")
     cs, ci = rules.literals(False), rules.literals(True)
     hits = []
@@ -453,7 +460,7 @@ def _pairs(cand: pl.DataFrame, rules: RuleSet, table: pl.DataFrame | None = None
         hits.append(cand.select(ROW, msg.str.extract_many(list(ci), overlapping=True, ascii_case_insensitive=True)
                                 .list.eval(pl.element().str.to_lowercase()).alias("_lit")))
     found = pl.concat(hits).explode("_lit").drop_nulls("_lit").unique()
-    return found.join(_literal_tables(rules) if table is None else table, on="_lit").select(ROW, "_kr", "_kc").unique()
+    return found.join(table, on="_lit").select(ROW, "_kr", "_kc").unique()
 
 
 _NO_PAIRS = pl.DataFrame(schema={ROW: pl.UInt32, "_kr": pl.Int32, "_kc": pl.Int32})
@@ -750,13 +757,22 @@ def _events_vectorised(rule: Rule, hits: pl.DataFrame, sub: pl.DataFrame) -> pl.
         ROW, pl.lit(rule.kind).alias("kind"), pl.lit(rule.id).alias("rule"),
         pl.lit(rule.severity.value).alias("severity"), pl.lit(rule.role.value).alias("role"),
         pl.col("__e_unit").cast(pl.String).alias("unit"), pl.col("__e_pid").cast(pl.Int64).alias("pid"),
-        _title_expr(rule.title, names).alias("title"), fields.alias("fields"))
+        _title_expr(rule.title, names).alias("title"), fields.alias("fields"),
+        pl.lit(None, dtype=pl.Int64).alias("__line"), pl.lit(None, dtype=pl.Int64).alias("__end"))
 
 
-def _with_records(partial: list[pl.DataFrame], cand: pl.DataFrame) -> pl.DataFrame:
-    """`_events_vectorised` outputs -> events (EVENT_SCHEMA): the record columns gathered once for all."""
-    df = pl.concat(partial)
-    df = df.hstack(_at(cand.select(ROW, *_EVENT_RECORD_COLS), df.get_column(ROW)).drop(ROW))
+def _with_records(parts: list[pl.DataFrame], cand: pl.DataFrame) -> pl.DataFrame:
+    """The rules' events (ROW, the event's own columns, and `__line`/`__end` where its lines are not its
+    record's: a context widened them) -> events (EVENT_SCHEMA) sorted by (path, line, rule): the order is found
+    on the narrow frame, then the record columns (the message, ...) are gathered once, in that order (sorting
+    the whole events doubled a flush's peak memory)."""
+    df = pl.concat(parts)
+    at = _at(cand.select(ROW, "path", "line", "line_end"), df.get_column(ROW))
+    df = df.with_columns(at.get_column("path"), pl.coalesce(pl.col("__line"), at.get_column("line")).alias("line"),
+                         pl.coalesce(pl.col("__end"), at.get_column("line_end")).alias("line_end"))
+    df = df.drop("__line", "__end").sort(["path", "line", "rule"], nulls_last=True, maintain_order=True)
+    rest = [c for c in _EVENT_RECORD_COLS if c not in df.columns]
+    df = df.hstack(_at(cand.select(ROW, *rest), df.get_column(ROW)).drop(ROW))
     return df.select(*EVENT_SCHEMA).cast(EVENT_SCHEMA)
 
 
@@ -784,13 +800,10 @@ def _events_python(rule: Rule, found: dict[int, _Found], cand: pl.DataFrame, rul
         out["__end"].append(f.line_end)
     df = pl.DataFrame(out, schema={ROW: pl.UInt32, "__unit": pl.String, "__pid": pl.Int64, "title": pl.String,
                                    "fields": pl.String, "__line": pl.Int64, "__end": pl.Int64})
-    df = df.hstack(_at(cand, df.get_column(ROW)).drop(ROW))
     return df.select(
-        "ts", "ts_source", pl.lit(rule.kind).alias("kind"), pl.lit(rule.id).alias("rule"),
-        pl.lit(rule.severity.value).alias("severity"), pl.lit(rule.role.value).alias("role"), "host",
-        pl.col("__unit").alias("unit"), pl.col("__pid").alias("pid"), "title", "fields", "message", "source_id",
-        "path", pl.col("__line").alias("line"), pl.col("__end").alias("line_end"), "format",
-    ).cast(EVENT_SCHEMA)
+        ROW, pl.lit(rule.kind).alias("kind"), pl.lit(rule.id).alias("rule"),
+        pl.lit(rule.severity.value).alias("severity"), pl.lit(rule.role.value).alias("role"),
+        pl.col("__unit").alias("unit"), pl.col("__pid").alias("pid"), "title", "fields", "__line", "__end")
 
 
 def _frame(records: pl.DataFrame, offset: int = 0, extra: Sequence[str] = ()) -> pl.DataFrame:
@@ -975,11 +988,10 @@ def _apply_rules(cand: pl.DataFrame, pairs: pl.DataFrame, rules: RuleSet, budget
         if rule.context:
             _context_fields(rule, anchors, cand, keys, i, found)
         parts.append(_events_python(rule, found, cand, rules))
-    if partial:
-        parts.append(_with_records(partial, cand))
+    parts.extend(partial)   # the general path's first, as the order of equal (path, line, rule) keys always was
     if not parts:
         return empty_events()
-    return pl.concat(parts).sort(["path", "line", "rule"], nulls_last=True, maintain_order=True)
+    return _with_records(parts, cand)
 
 
 def event_fields(events: pl.DataFrame) -> list[dict[str, Any]]:
