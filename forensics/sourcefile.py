@@ -37,6 +37,23 @@ def _chunk_index(raw: bytes, chunk: int) -> tuple[list[int], list[int], int]:
     return starts, first, n + 1
 
 
+def _hash_index(path: Path) -> tuple[str, tuple[list[int], list[int], int], int]:
+    """(sha256, `_chunk_index`, size) of a file, read a CHUNK at a time: a report's first look at a journal of
+    hundreds of MB held all of it in memory."""
+    h = hashlib.sha256()
+    starts: list[int] = []
+    first: list[int] = []
+    n = size = 0
+    with open(path, "rb") as fh:
+        while buf := fh.read(CHUNK):
+            h.update(buf)
+            starts.append(size)
+            first.append(n)
+            n += buf.count(b"\n")
+            size += len(buf)
+    return h.hexdigest(), (starts or [0], first or [0], n + 1), size
+
+
 class FileLines(Sequence[str]):
     """The lines of a file's bytes (split at `\n`, `\r` stripped, invalid UTF-8 replaced), decoded only where
     asked: a report cites a few lines of files of millions. Newlines are counted per 1 MiB chunk once; a chunk
@@ -150,6 +167,16 @@ def read_source_file(src: SourceInfo, cache: Path | None = None) -> Sequence[str
         index = _known(note, src.sha256.lower()) if note is not None else None
         if index is not None:
             return FileLines(None, path=path, index=index, size=st.st_size)
+        if plain:
+            with open(path, "rb") as fh:
+                head = fh.read(SNIFF)
+            if not sniff_encoding(head):  # hashed and indexed a chunk at a time, its lines read when cited
+                digest, index, size = _hash_index(path)
+                if not src.sha256 or not digest.startswith(src.sha256.lower()):
+                    return None
+                if note is not None and _stat_key(path, os.stat(path)) == _stat_key(path, st):
+                    _keep(note, src.sha256.lower(), index)
+                return FileLines(None, path=path, index=index, size=size)
         raw = path.read_bytes()
     except OSError:
         return None

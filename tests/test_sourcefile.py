@@ -53,6 +53,7 @@ def test_a_verified_file_is_not_hashed_again_while_its_stat_is_the_same(tmp_path
         raise AssertionError("read (and hashed) again")
 
     monkeypatch.setattr(Path, "read_bytes", no_read)
+    monkeypatch.setattr(sourcefile, "_hash_index", no_read)
     again = read_source_file(src, cache)
     assert again is not None and again[77_777] == "line 77777" and len(again) == len(first)
     assert again.raw is None  # read a chunk at a time, not the whole file
@@ -82,3 +83,25 @@ def test_a_read_only_cache_hashes_every_time(tmp_path: Path, monkeypatch: pytest
     cache = tmp_path / "files"
     assert list(read_source_file(_src(p), cache) or [])[:2] == ["a", "b"]
     assert not any(cache.glob("*.json"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.integers(min_value=1, max_value=16))
+def test_a_file_is_hashed_and_indexed_a_chunk_at_a_time(tmp_path_factory: pytest.TempPathFactory, raw: bytes,
+                                                         chunk: int) -> None:
+    """The first read of a plain file does not hold its bytes: its sha256 and chunk index, computed while it is
+    read a chunk at a time, are those of the whole bytes, and its lines the file's."""
+    p = tmp_path_factory.mktemp("hx") / "f.log"
+    p.write_bytes(raw)
+    old = sourcefile.CHUNK
+    sourcefile.CHUNK = chunk
+    try:
+        assert sourcefile._hash_index(p) == (hashlib.sha256(raw).hexdigest(), sourcefile._chunk_index(raw, chunk),
+                                            len(raw))
+        if sourcefile.sniff_encoding(raw[:sourcefile.SNIFF]):
+            return  # UTF-16: decoded whole, as ingest read it
+        lines = read_source_file(_src(p))
+        assert lines is not None and isinstance(lines, FileLines) and lines.raw is None
+        assert list(lines) == [x.rstrip("\r") for x in raw.decode("utf-8", errors="replace").split("\n")]
+    finally:
+        sourcefile.CHUNK = old
