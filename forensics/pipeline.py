@@ -41,6 +41,7 @@ from .regexbudget import RegexBudget, RuleTimeout
 from .slots import WorkSlots
 from .schema import EVENT_SCHEMA, OUT_OF_RANGE, RECORD_SCHEMA, TimeSource, empty_events, empty_records
 from .sources import ReadStats, Source, SourceError, expand, head_bytes, read_batches
+from .sourcefile import remember
 from .store import SourceEntry, Store, StoreError, plain_name, sink_parquet, write_parquet
 
 
@@ -448,6 +449,10 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
     """The source's entry (its files written to `staging`), and the error that ended its stream early (the
     lines before it are kept) or None."""
     stats = ReadStats()
+    try:
+        before = os.stat(src.real) if src.real is not None else None
+    except OSError:
+        before = None
     tmp_id = "t" + hashlib.sha256(f"{src.display}{fp}".encode()).hexdigest()[:15]
     ctx = ParseContext(path=src.display, tz=opts.tz, source_id=tmp_id)
     formats = resolve(det)
@@ -521,6 +526,8 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
         behind.shutdown(wait=True, cancel_futures=True)
     sha = stats.sha.hexdigest() if (stats.sha and src.compression is None and not src.encoding) else raw_sha256(src)
     sid = sha[:16]
+    if stats.index is not None and before is not None:  # what a report's first quote of the file would hash again
+        remember(src.real, before, sha, stats.index, store.cache_dir / "files")
     if clock.wants_host_anchor():
         clock.anchors = dated() if dated else host_anchors(store)
     exprs, how = clock.finish()

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .model import SourceInfo
-from .sources import SNIFF, sniff_encoding
+from .sources import SNIFF, ChunkIndex, sniff_encoding
 
 MAX_CONTEXT_FILE = 256 * 1024 * 1024
 CHUNK = 1 << 20
@@ -41,17 +41,23 @@ def _hash_index(path: Path) -> tuple[str, tuple[list[int], list[int], int], int]
     """(sha256, `_chunk_index`, size) of a file, read a CHUNK at a time: a report's first look at a journal of
     hundreds of MB held all of it in memory."""
     h = hashlib.sha256()
-    starts: list[int] = []
-    first: list[int] = []
-    n = size = 0
+    ix = ChunkIndex(CHUNK)
     with open(path, "rb") as fh:
         while buf := fh.read(CHUNK):
             h.update(buf)
-            starts.append(size)
-            first.append(n)
-            n += buf.count(b"\n")
-            size += len(buf)
-    return h.hexdigest(), (starts or [0], first or [0], n + 1), size
+            ix.add(buf)
+    return h.hexdigest(), ix.index(), ix.size
+
+
+def remember(path: Path, st: os.stat_result, sha256: str, index: ChunkIndex, cache: Path) -> None:
+    """Keep what ingest learnt of a plain file while reading it (its sha256, its chunk index) as a verification,
+    when the file's stat is still `st` (taken before it was read): the first report citing it then reads only
+    the chunks it cites instead of hashing the whole file again."""
+    try:
+        if index.chunk == CHUNK and _stat_key(path, os.stat(path)) == _stat_key(path, st):
+            _keep(cache / f"{_stat_key(path, st)}.json", sha256.lower(), index.index())
+    except OSError:
+        pass
 
 
 class FileLines(Sequence[str]):

@@ -66,6 +66,32 @@ class ReadStats:
     # lines that may have been cut to a terminal's width: length -> (how many, the first) (`cutlines`)
     cut_lengths: dict[int, tuple[int, int]] = field(default_factory=dict)
     sha: "hashlib._Hash | None" = None
+    index: ChunkIndex | None = None   # of a plain file's bytes (no compression, UTF-8), as they are read
+
+
+class ChunkIndex:
+    """Where each `chunk` of bytes given piece by piece (in any sizes) starts, and the 0-based number of the first
+    line starting in it; the number of lines (sourcefile's index of a file's lines, `_chunk_index`)."""
+
+    def __init__(self, chunk: int = 1 << 20) -> None:
+        self.chunk = chunk
+        self.starts: list[int] = []
+        self.first: list[int] = []
+        self.n = self.size = 0
+
+    def add(self, buf: bytes) -> None:
+        at = 0
+        while at < len(buf):
+            if self.size % self.chunk == 0:
+                self.starts.append(self.size)
+                self.first.append(self.n)
+            take = min(len(buf) - at, self.chunk - self.size % self.chunk)
+            self.n += buf.count(b"\n", at, at + take)
+            self.size += take
+            at += take
+
+    def index(self) -> tuple[list[int], list[int], int]:
+        return self.starts or [0], self.first or [0], self.n + 1
 
 
 def rotation_key(path: str) -> tuple[str, int, str]:
@@ -373,6 +399,7 @@ def _without_bom(frames: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
 
 def _read_batches(src: Source, stats: ReadStats, block: int) -> Iterator[pl.DataFrame]:
     stats.sha = hashlib.sha256()
+    index = stats.index = ChunkIndex() if src.real is not None and not src.compression and not src.encoding else None
     lineno = 1
     rest = b""
     try:
@@ -397,6 +424,8 @@ def _read_batches(src: Source, stats: ReadStats, block: int) -> Iterator[pl.Data
             if not chunk:
                 break
             stats.sha.update(chunk)
+            if index is not None:
+                index.add(chunk)
             stats.bytes += len(chunk)
             if b"\x00" in chunk:
                 chunk = _fill_holes(chunk, stats)

@@ -105,3 +105,60 @@ def test_a_file_is_hashed_and_indexed_a_chunk_at_a_time(tmp_path_factory: pytest
         assert list(lines) == [x.rstrip("\r") for x in raw.decode("utf-8", errors="replace").split("\n")]
     finally:
         sourcefile.CHUNK = old
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.integers(min_value=1, max_value=16), st.lists(st.integers(0, 40), max_size=12))
+def test_the_index_of_bytes_given_in_pieces_is_the_index_of_the_bytes(raw: bytes, chunk: int, cuts: list[int]) -> None:
+    from forensics.sources import ChunkIndex
+
+    ix = ChunkIndex(chunk)
+    at = 0
+    for n in [*cuts, len(raw)]:
+        ix.add(raw[at:at + n])
+        at += n
+    assert ix.index() == sourcefile._chunk_index(raw, chunk) and ix.size == len(raw)
+
+
+def test_a_file_ingest_read_is_not_hashed_by_the_first_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ingest keeps a plain file's sha256 and chunk index as a verification (as a report's first read does): the
+    report then reads only the chunks it cites. A file that changed while ingest read it is not vouched for."""
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    p = tmp_path / "j.log"
+    p.write_text("".join(f"2025-05-25T20:17:{i % 60:02d}+00:00 node-1 app[7]: line {i}\n" for i in range(60_000)))
+    store = Store(tmp_path / "s")
+    assert not ingest(store, [str(p)], IngestOptions()).failed
+    (entry,) = store.sources()
+
+    def no_read(*_a: object) -> None:
+        raise AssertionError("read (and hashed) again")
+
+    monkeypatch.setattr(Path, "read_bytes", no_read)
+    monkeypatch.setattr(sourcefile, "_hash_index", no_read)
+    lines = read_source_file(entry, store.cache_dir / "files")
+    assert lines is not None and lines.raw is None and len(lines) == 60_001
+    assert lines[54_321] == "2025-05-25T20:17:21+00:00 node-1 app[7]: line 54321"
+    monkeypatch.undo()
+    # a file touched while ingest reads it (its stat then is not the one taken before): nothing kept
+    import forensics.sources as sources
+
+    q = tmp_path / "k.log"
+    q.write_text(p.read_text())
+    real_open = sources.open_binary
+
+    def touched(src):  # noqa: ANN001, ANN202
+        fh = real_open(src)
+        st = q.stat()
+        os.utime(q, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        return fh
+
+    other = Store(tmp_path / "t")
+    monkeypatch.setattr(sources, "open_binary", touched)
+    assert not ingest(other, [str(q)], IngestOptions()).failed
+    monkeypatch.undo()
+    assert not list((other.cache_dir / "files").glob("*.json"))
+    again = Store(tmp_path / "u")
+    assert not ingest(again, [str(q)], IngestOptions()).failed
+    assert len(list((again.cache_dir / "files").glob("*.json"))) == 1
