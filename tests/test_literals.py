@@ -133,15 +133,15 @@ def test_every_match_of_a_random_pattern_holds_a_derived_literal(data: st.DataOb
 def test_search_groups_drop_literals_holding_another_and_split_in_sorted_order() -> None:
     lits = ("Started ", "Started foo", "Starting ", "CUDA error: ", "CUDA error: out of memory", "abc", "xabcx")
     assert search_groups(lits) == (("CUDA error: ", "Started ", "Starting ", "abc"),)
-    many = tuple(f"lit{i:03d}" for i in range(SEARCH_GROUP * 2 + 1))
+    many = tuple(f"lit{i:05d}" for i in range(SEARCH_GROUP * 2 + 1))  # none holds another
     groups = search_groups(many)
-    assert [len(g) for g in groups] == [43, 43, 43]          # the fewest groups, balanced
+    assert len(groups) == 3 and {len(g) for g in groups} <= {len(many) // 3, len(many) // 3 + 1}  # fewest, balanced
     assert [x for g in groups for x in g] == sorted(many)
     assert search_groups(()) == ()
 
 
 def test_builtin_literals_fit_in_the_fewest_search_groups() -> None:
-    """The built-in packs' literals: no group past the SIMD search's limit, none to spare."""
+    """The built-in packs' literals: no group past the limit, none to spare (one alternation today)."""
     lits = load_rules().literals(False)
     groups = search_groups(lits)
     kept = sum(len(g) for g in groups)
