@@ -40,7 +40,7 @@ from .parse import ParseContext, parse_lines, parse_structured, resolve
 from .regexbudget import RegexBudget, RuleTimeout
 from .slots import WorkSlots
 from .schema import EVENT_SCHEMA, OUT_OF_RANGE, RECORD_SCHEMA, TimeSource, empty_events, empty_records
-from .sources import ReadStats, Source, SourceError, expand, head_bytes, read_batches
+from .sources import MAX_LINE, ReadStats, Source, SourceError, expand, head_bytes, read_batches
 from .sourcefile import remember
 from .store import SourceEntry, Store, StoreError, plain_name, sink_parquet, write_parquet
 
@@ -666,6 +666,10 @@ def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: Read
                      f"`\ufffd<N NUL bytes>` markers")
     if stats.crlf:
         notes.append(f"{stats.crlf} line(s) ended in CRLF")
+    if stats.long_lines:
+        notes.append(f"line {stats.long_first}: {stats.long_lines} line(s) longer than {MAX_LINE >> 20} MiB, the first "
+                     f"here, were cut to their first {MAX_LINE >> 20} MiB ({stats.long_bytes} bytes left out): no log "
+                     f"format writes such lines; if the file is a log, look for a binary or one-line dump inside it")
     if src.encoding:
         notes.append(f"{src.encoding.upper().replace('UTF-16-', 'UTF-16')} text, read as UTF-8 (line numbers are "
                      f"the file's)")

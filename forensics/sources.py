@@ -66,6 +66,9 @@ class ReadStats:
     # lines that may have been cut to a terminal's width: length -> (how many, the first) (`cutlines`)
     cut_lengths: dict[int, tuple[int, int]] = field(default_factory=dict)
     sha: "hashlib._Hash | None" = None
+    long_lines: int = 0     # lines longer than MAX_LINE, cut to it
+    long_first: int = 0     # ... the first of them
+    long_bytes: int = 0     # ... the bytes left out of them
     index: ChunkIndex | None = None   # of a plain file's bytes (no compression, UTF-8), as they are read
 
 
@@ -342,6 +345,8 @@ def _read_block(fh: BinaryIO, n: int, compression: str | None) -> tuple[bytes, B
 
 
 HOLE = 1 << 16  # a run of this many NUL bytes or more (a sparse file's hole) is kept as a short marker
+MAX_LINE = 16 << 20  # a line longer than this is cut to it (a 10 MB line lands whole): no log line is, and a file
+                     # with no newline (a binary, a one-line JSON export) was held whole, copied at every read
 
 
 def _fill_holes(chunk: bytes, stats: ReadStats) -> bytes:
@@ -406,16 +411,21 @@ def _read_batches(src: Source, stats: ReadStats, block: int) -> Iterator[pl.Data
         fh = open_binary(src)
     except OSError as e:
         raise SourceError(f"{src.display}: cannot open ({e.strerror or e})") from e
+    head: bytes | None = None   # the first MAX_LINE bytes of a line longer than that, while its rest is skipped
     with fh:
         while True:
             chunk, err = _read_block(fh, block, src.compression)
             if err is not None:
                 # a cut or damaged compressed stream: keep every line read, report the rest as lost
-                data = rest + chunk
+                if head is not None:  # the long line's rest up to its newline is skipped
+                    nl = chunk.find(b"\n")
+                    data = head + (chunk[nl:] if nl >= 0 else b"")
+                else:
+                    data = rest + chunk
                 if data:
                     stats.sha.update(chunk)
                     stats.bytes += len(chunk)
-                    df = _decode(_fill_holes(data, stats), lineno, stats)
+                    df = _cut_long(_decode(_fill_holes(data, stats), lineno, stats), stats)
                     lineno += df.height
                     yield df
                 raise SourceError(f"{src.display}: line {lineno}: compressed stream ends early or is damaged "
@@ -427,22 +437,70 @@ def _read_batches(src: Source, stats: ReadStats, block: int) -> Iterator[pl.Data
             if index is not None:
                 index.add(chunk)
             stats.bytes += len(chunk)
-            if b"\x00" in chunk:
+            nul = b"\x00" in chunk
+            if nul:
                 chunk = _fill_holes(chunk, stats)
+            if head is not None:  # the rest of a long line: skipped up to its newline
+                nl = chunk.find(b"\n")
+                if nl < 0:
+                    stats.long_bytes += len(chunk)
+                    continue
+                stats.long_bytes += nl
+                data, head = head + chunk[nl:], None
+            elif nul:
                 data = _join_holes(rest, chunk)
             else:
                 data = rest + chunk if rest else chunk
             cut = data.rfind(b"\n")
             if cut < 0:
-                rest = data
+                if len(data) > MAX_LINE:
+                    head, rest = _cut_line(data, lineno, stats), b""
+                else:
+                    rest = data
                 continue
             rest = data[cut + 1:]
             df = _decode(data, lineno, stats, cut + 1)  # the whole lines: data[:cut + 1]
             lineno += df.height
-            yield df
-    if rest:
-        df = _decode(rest, lineno, stats)
-        yield df
+            yield _cut_long(df, stats) if _may_hold_long(data, cut + 1) else df
+    if head is not None or rest:
+        yield _cut_long(_decode(head if head is not None else rest, lineno, stats), stats)
+
+
+def _may_hold_long(data: bytes, end: int) -> bool:
+    """Whether data[:end] may hold a line over MAX_LINE bytes: such a line covers a whole aligned half of
+    MAX_LINE, so a newline in each of those (a few finds per read) rules it out."""
+    half = MAX_LINE // 2
+    return any(data.find(b"\n", a, a + half) < 0 for a in range(0, end - half + 1, half))
+
+
+def _cut_long(df: pl.DataFrame, stats: ReadStats) -> pl.DataFrame:
+    """The batch with each line longer than MAX_LINE bytes cut to its first MAX_LINE (those whose newline came
+    within the bytes read with them; a longer run is cut while it is read, `_cut_line`)."""
+    long = df.filter(pl.col("text").str.len_bytes() > MAX_LINE)
+    if not long.height:
+        return df
+    cut = []
+    for line, text in long.iter_rows():
+        raw = text.encode()
+        head = _cut_line(raw + b"\n", line, stats)   # (the newline only keeps the scan inside the bytes)
+        stats.long_bytes -= 1
+        cut.append(head.decode("utf-8", errors="replace"))
+    text = df.get_column("text").scatter(
+        (df.get_column("line") - df.get_column("line")[0]).filter(df.get_column("text").str.len_bytes() > MAX_LINE),
+        pl.Series(cut, dtype=pl.String))
+    return df.with_columns(text)
+
+
+def _cut_line(data: bytes, lineno: int, stats: ReadStats) -> bytes:
+    """The first MAX_LINE bytes of a line with no newline yet (at a character's start: a UTF-8 character is not
+    split), counting what is left out."""
+    end = MAX_LINE
+    while end > MAX_LINE - 4 and (data[end] & 0xC0) == 0x80:
+        end -= 1
+    stats.long_lines += 1
+    stats.long_first = stats.long_first or lineno
+    stats.long_bytes += len(data) - end
+    return data[:end]
 
 
 def zlib_error() -> type[BaseException]:
