@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .model import SourceInfo
-from .sources import SNIFF, ChunkIndex, sniff_encoding
+from .sources import MAX_LINE, SNIFF, ChunkIndex, char_cut, sniff_encoding
 
 MAX_CONTEXT_FILE = 256 * 1024 * 1024
 CHUNK = 1 << 20
@@ -106,6 +106,34 @@ class FileLines(Sequence[str]):
             pos += len(buf) or CHUNK
         return self.size
 
+    def _lines(self, a: int, b: int) -> list[bytes]:
+        """`self._bytes(a, b).split(b"\n")`, read a CHUNK at a time, each line cut to its first MAX_LINE bytes as
+        ingest cut it (a line of hundreds of MB is not held to quote its neighbours)."""
+        if b - a <= MAX_LINE:
+            return self._bytes(a, b).split(b"\n")
+        out: list[bytes] = []
+        cur: list[bytes] = []
+        held = 0
+        pos = a
+        while pos < b:
+            buf = self._bytes(pos, min(b, pos + CHUNK))
+            if not buf:
+                break
+            at = 0
+            while True:
+                nl = buf.find(b"\n", at)
+                piece = buf[at:nl if nl >= 0 else len(buf)]
+                if held < MAX_LINE + 4:   # what a cut at a character's start needs
+                    cur.append(piece[:MAX_LINE + 4 - held])
+                    held += len(cur[-1])
+                if nl < 0:
+                    break
+                out.append(_cut(b"".join(cur)))
+                cur, held, at = [], 0, nl + 1
+            pos += len(buf)
+        out.append(_cut(b"".join(cur)))
+        return out
+
     def __getitem__(self, i):  # noqa: ANN001, ANN204 - int -> str, slice -> list[str]
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(self.n))]
@@ -123,8 +151,13 @@ class FileLines(Sequence[str]):
             while nxt < len(self.starts) and self.first[nxt] == self.first[c]:
                 nxt += 1
             b = self._find_fwd(self.starts[nxt] - 1) if nxt < len(self.starts) else self.size
-            self.split[c] = self._bytes(a, b).split(b"\n")
+            self.split[c] = self._lines(a, b)
         return self.split[c][i - self.first[c]].decode("utf-8", errors="replace").rstrip("\r")
+
+
+def _cut(line: bytes) -> bytes:
+    """A line cut to its first MAX_LINE bytes at a character's start, as ingest cuts it (`sources._cut_line`)."""
+    return line if len(line) <= MAX_LINE else line[:char_cut(line, MAX_LINE)]
 
 
 def _stat_key(path: Path, st: os.stat_result) -> str:

@@ -491,12 +491,18 @@ def _cut_long(df: pl.DataFrame, stats: ReadStats) -> pl.DataFrame:
     return df.with_columns(text)
 
 
+def char_cut(data: bytes, limit: int) -> int:
+    """How many of the first `limit` bytes of `data` (longer than that) end at a UTF-8 character's start."""
+    end = limit
+    while end > limit - 4 and (data[end] & 0xC0) == 0x80:
+        end -= 1
+    return end
+
+
 def _cut_line(data: bytes, lineno: int, stats: ReadStats) -> bytes:
     """The first MAX_LINE bytes of a line with no newline yet (at a character's start: a UTF-8 character is not
     split), counting what is left out."""
-    end = MAX_LINE
-    while end > MAX_LINE - 4 and (data[end] & 0xC0) == 0x80:
-        end -= 1
+    end = char_cut(data, MAX_LINE)
     stats.long_lines += 1
     stats.long_first = stats.long_first or lineno
     stats.long_bytes += len(data) - end

@@ -162,3 +162,32 @@ def test_a_file_ingest_read_is_not_hashed_by_the_first_report(tmp_path: Path, mo
     again = Store(tmp_path / "u")
     assert not ingest(again, [str(q)], IngestOptions()).failed
     assert len(list((again.cache_dir / "files").glob("*.json"))) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b"a", b"\n", b"\xc3\xa9", b"\xe2\x82\xac", b"\r"]), max_size=120),
+       st.integers(min_value=1, max_value=16), st.integers(min_value=4, max_value=12))
+def test_a_long_line_is_read_cut_as_ingest_cut_it(tmp_path_factory: pytest.TempPathFactory, parts: list[bytes],
+                                                   chunk: int, limit: int) -> None:
+    """A line longer than MAX_LINE is read only as far as its first MAX_LINE bytes (at a character's start, as
+    ingest cuts it): quoting the neighbours of a 300 MB line read all of it (a report at 746 MiB)."""
+    raw = b"".join(parts)
+    p = tmp_path_factory.mktemp("ll") / "f.log"
+    p.write_bytes(raw)
+
+    def cut(line: bytes) -> bytes:
+        if len(line) <= limit:
+            return line
+        end = limit
+        while end > limit - 4 and (line[end] & 0xC0) == 0x80:
+            end -= 1
+        return line[:end]
+
+    want = [cut(x).decode("utf-8", errors="replace").rstrip("\r") for x in raw.split(b"\n")]
+    old = sourcefile.CHUNK, sourcefile.MAX_LINE
+    sourcefile.CHUNK, sourcefile.MAX_LINE = chunk, limit
+    try:
+        lines = FileLines(None, path=p, index=sourcefile._chunk_index(raw, chunk), size=len(raw))
+        assert list(lines) == want
+    finally:
+        sourcefile.CHUNK, sourcefile.MAX_LINE = old
