@@ -853,8 +853,11 @@ class Matcher:
         self._last = 0                          # the last line of the records seen
         self._table = _literal_tables(rules)
         self._conds: dict[str | None, pl.Expr | None] = {None: _prefilter_expr(rules)}
-        self._after = {i: max(c.lines for c in r.context if c.direction is Direction.AFTER)
-                       for i, r in enumerate(rules.rules) if any(c.direction is Direction.AFTER for c in r.context)}
+        # rule -> how many lines after its anchor a context pattern of it may read (rules with one only)
+        self._ahead = pl.DataFrame(
+            [(i, max(c.lines for c in r.context if c.direction is Direction.AFTER)) for i, r in enumerate(rules.rules)
+             if any(c.direction is Direction.AFTER for c in r.context)],
+            schema={"_kr": pl.Int32, "_ahead": pl.Int64}, orient="row")
         # (rule, context) -> how many lines before a later anchor its context pattern may read
         self._ctx_lines = pl.DataFrame(
             [(i, j, c.lines) for i, r in enumerate(rules.rules) for j, c in enumerate(r.context)
@@ -927,11 +930,9 @@ class Matcher:
     def _deferred_from(self, cand: pl.DataFrame, pairs: pl.DataFrame) -> int | None:
         """The ROW of the first candidate a rule may anchor on whose context after it reaches past the records
         seen (None: no such candidate)."""
-        if not self._after:
+        if self._ahead.is_empty():
             return None
-        ahead = pl.DataFrame({"_kr": list(self._after), "_ahead": list(self._after.values())},
-                             schema={"_kr": pl.Int32, "_ahead": pl.Int64})
-        late = (pairs.filter((pl.col("_kc") == -1) & (pl.col(ROW) >= self._from)).join(ahead, on="_kr")
+        late = (pairs.filter((pl.col("_kc") == -1) & (pl.col(ROW) >= self._from)).join(self._ahead, on="_kr")
                 .join(cand.select(ROW, "line_end"), on=ROW)
                 .filter(pl.col("line_end") + 1 + pl.col("_ahead") > self._last))
         return int(late[ROW].min()) if late.height else None

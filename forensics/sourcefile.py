@@ -28,13 +28,9 @@ CHUNK = 1 << 20
 
 def _chunk_index(raw: bytes, chunk: int) -> tuple[list[int], list[int], int]:
     """(chunk starts, 0-based number of the first line starting in each chunk, number of lines)."""
-    starts = list(range(0, len(raw), chunk)) or [0]
-    first: list[int] = []
-    n = 0
-    for a in starts:
-        first.append(n)
-        n += raw.count(b"\n", a, a + chunk)
-    return starts, first, n + 1
+    ix = ChunkIndex(chunk)
+    ix.add(raw)
+    return ix.index()
 
 
 def _hash_index(path: Path) -> tuple[str, tuple[list[int], list[int], int], int]:
@@ -53,11 +49,8 @@ def remember(path: Path, st: os.stat_result, sha256: str, index: ChunkIndex, cac
     """Keep what ingest learnt of a plain file while reading it (its sha256, its chunk index) as a verification,
     when the file's stat is still `st` (taken before it was read): the first report citing it then reads only
     the chunks it cites instead of hashing the whole file again."""
-    try:
-        if index.chunk == CHUNK and _stat_key(path, os.stat(path)) == _stat_key(path, st):
-            _keep(cache / f"{_stat_key(path, st)}.json", sha256.lower(), index.index())
-    except OSError:
-        pass
+    if index.chunk == CHUNK:
+        _keep_unchanged(path, st, cache / f"{_stat_key(path, st)}.json", sha256.lower(), index.index())
 
 
 class FileLines(Sequence[str]):
@@ -178,6 +171,16 @@ def _known(note: Path | None, sha256: str) -> tuple[list[int], list[int], int] |
     return None
 
 
+def _keep_unchanged(path: Path, st: os.stat_result, note: Path | None, sha256: str,
+                    index: tuple[list[int], list[int], int]) -> None:
+    """`_keep`, when the file's stat is still `st` (taken before it was read: it did not change while read)."""
+    try:
+        if note is not None and _stat_key(path, os.stat(path)) == _stat_key(path, st):
+            _keep(note, sha256, index)
+    except OSError:
+        pass
+
+
 def _keep(note: Path | None, sha256: str, index: tuple[list[int], list[int], int]) -> None:
     if note is None:
         return
@@ -213,8 +216,7 @@ def read_source_file(src: SourceInfo, cache: Path | None = None) -> Sequence[str
                 digest, index, size = _hash_index(path)
                 if not src.sha256 or not digest.startswith(src.sha256.lower()):
                     return None
-                if note is not None and _stat_key(path, os.stat(path)) == _stat_key(path, st):
-                    _keep(note, src.sha256.lower(), index)
+                _keep_unchanged(path, st, note, src.sha256.lower(), index)
                 return FileLines(None, path=path, index=index, size=size)
         raw = path.read_bytes()
     except OSError:
@@ -235,6 +237,5 @@ def read_source_file(src: SourceInfo, cache: Path | None = None) -> Sequence[str
     if enc:  # UTF-16 text, read as ingest read it (as UTF-8); no chunk index kept: its offsets are the file's
         raw, note = raw.decode(enc, "replace").removeprefix("\ufeff").encode("utf-8", "replace"), None
     lines = FileLines(raw)
-    if note is not None and _stat_key(path, os.stat(path)) == _stat_key(path, st):  # unchanged while read
-        _keep(note, src.sha256.lower(), (lines.starts, lines.first, lines.n))
+    _keep_unchanged(path, st, note, src.sha256.lower(), (lines.starts, lines.first, lines.n))
     return lines

@@ -417,11 +417,7 @@ def _read_batches(src: Source, stats: ReadStats, block: int) -> Iterator[pl.Data
             chunk, err = _read_block(fh, block, src.compression)
             if err is not None:
                 # a cut or damaged compressed stream: keep every line read, report the rest as lost
-                if head is not None:  # the long line's rest up to its newline is skipped
-                    nl = chunk.find(b"\n")
-                    data = head + (chunk[nl:] if nl >= 0 else b"")
-                else:
-                    data = rest + chunk
+                data = (_skip_long(head, chunk, stats) or head) if head is not None else rest + chunk
                 if data:
                     stats.sha.update(chunk)
                     stats.bytes += len(chunk)
@@ -441,12 +437,10 @@ def _read_batches(src: Source, stats: ReadStats, block: int) -> Iterator[pl.Data
             if nul:
                 chunk = _fill_holes(chunk, stats)
             if head is not None:  # the rest of a long line: skipped up to its newline
-                nl = chunk.find(b"\n")
-                if nl < 0:
-                    stats.long_bytes += len(chunk)
+                data = _skip_long(head, chunk, stats)
+                if data is None:
                     continue
-                stats.long_bytes += nl
-                data, head = head + chunk[nl:], None
+                head = None
             elif nul:
                 data = _join_holes(rest, chunk)
             else:
@@ -473,22 +467,23 @@ def _may_hold_long(data: bytes, end: int) -> bool:
     return any(data.find(b"\n", a, a + half) < 0 for a in range(0, end - half + 1, half))
 
 
+def _skip_long(head: bytes, chunk: bytes, stats: ReadStats) -> bytes | None:
+    """The cut long line `head` and what follows its newline in `chunk`; None (all of `chunk` skipped, counted)
+    when the line goes on past it."""
+    nl = chunk.find(b"\n")
+    stats.long_bytes += len(chunk) if nl < 0 else nl
+    return None if nl < 0 else head + chunk[nl:]
+
+
 def _cut_long(df: pl.DataFrame, stats: ReadStats) -> pl.DataFrame:
     """The batch with each line longer than MAX_LINE bytes cut to its first MAX_LINE (those whose newline came
     within the bytes read with them; a longer run is cut while it is read, `_cut_line`)."""
-    long = df.filter(pl.col("text").str.len_bytes() > MAX_LINE)
-    if not long.height:
+    at = (df.get_column("text").str.len_bytes() > MAX_LINE).arg_true()
+    if not at.len():
         return df
-    cut = []
-    for line, text in long.iter_rows():
-        raw = text.encode()
-        head = _cut_line(raw + b"\n", line, stats)   # (the newline only keeps the scan inside the bytes)
-        stats.long_bytes -= 1
-        cut.append(head.decode("utf-8", errors="replace"))
-    text = df.get_column("text").scatter(
-        (df.get_column("line") - df.get_column("line")[0]).filter(df.get_column("text").str.len_bytes() > MAX_LINE),
-        pl.Series(cut, dtype=pl.String))
-    return df.with_columns(text)
+    cut = [_cut_line(text.encode(), line, stats).decode("utf-8", errors="replace")
+           for line, text in df[at].iter_rows()]
+    return df.with_columns(df.get_column("text").scatter(at, pl.Series(cut, dtype=pl.String)))
 
 
 def char_cut(data: bytes, limit: int) -> int:
@@ -500,7 +495,7 @@ def char_cut(data: bytes, limit: int) -> int:
 
 
 def _cut_line(data: bytes, lineno: int, stats: ReadStats) -> bytes:
-    """The first MAX_LINE bytes of a line with no newline yet (at a character's start: a UTF-8 character is not
+    """The first MAX_LINE bytes of a line longer than that (at a character's start: a UTF-8 character is not
     split), counting what is left out."""
     end = char_cut(data, MAX_LINE)
     stats.long_lines += 1
