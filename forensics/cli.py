@@ -260,5 +260,14 @@ def rescan(ctx: click.Context, rules_dirs: tuple[str, ...]) -> None:
                                            if rules_slow else ""), err=True)
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The `forensics` console command: `main` in a process of its own, its garbage collector tuned for one run
+    (forensics.gcpolicy; tests that call `main` in their own process keep theirs)."""
+    from .gcpolicy import for_command
+
+    for_command()
     main()
+
+
+if __name__ == "__main__":
+    run()
