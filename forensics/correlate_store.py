@@ -306,15 +306,17 @@ class EventSource:
         t = t.slice(0, timed)
         if t.null_count() or not t.is_sorted():   # not in time order (cannot happen for a narrow frame): masks
             return self.load(pl.any_horizontal([window_mask(lo, hi) & m for lo, hi, m in windows]))
-        parts = []
-        for lo, hi, mask in windows:
-            a = int(t.search_sorted(us(lo - _SLACK_S), side="left"))
-            b = int(t.search_sorted(us(hi + _SLACK_S), side="right"))
-            if b > a:
-                parts.append(self.narrow.slice(a, b - a).filter(mask).select("_seq"))
+        if not windows:
+            return []
+        # the slices' bounds in two searches, and their filters in one collect (each its own collect: 1 ms a window)
+        firsts = t.search_sorted(pl.Series([us(lo - _SLACK_S) for lo, _, _ in windows], dtype=pl.Int64), side="left")
+        ends = t.search_sorted(pl.Series([us(hi + _SLACK_S) for _, hi, _ in windows], dtype=pl.Int64), side="right")
+        narrow = self.narrow.lazy()
+        parts = [narrow.slice(a, b - a).filter(mask).select("_seq")
+                 for a, b, (_, _, mask) in zip(firsts.to_list(), ends.to_list(), windows) if b > a]
         if not parts:
             return []
-        return self.load(pl.concat(parts).unique())
+        return self.load(pl.concat(parts).unique().collect())
 
     def remap(self, fn: Callable[[EventView], EventView]) -> None:
         """Apply `fn` again to every primary kept so far (after what `finish` does changed)."""
