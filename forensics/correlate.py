@@ -270,6 +270,41 @@ def fill_prose(template: str, values: Mapping[str, Any]) -> str:
     return fill(drop_asides(template, lambda n: _lookup(values, n) is None, template_names), values)
 
 
+class Filler:
+    """`fill` and `fill_prose`, remembered: a filled template depends only on the values of the names it uses
+    (and their types, which format them), so the events of one rule that agree on those (a crash loop's, with
+    every field but the time the same) fill it once. Meant for one report's run."""
+
+    def __init__(self) -> None:
+        self._names: dict[str, tuple[str, ...] | None] = {}
+        self._done: dict[tuple, str] = {}
+
+    def fill(self, template: str, values: Mapping[str, Any]) -> str:
+        return self._get(template, values, False)
+
+    def prose(self, template: str, values: Mapping[str, Any]) -> str:
+        return self._get(template, values, True)
+
+    def _get(self, template: str, values: Mapping[str, Any], prose: bool) -> str:
+        names = self._names.get(template, ())
+        if names == ():
+            try:
+                names = self._names[template] = tuple(template_names(template))
+            except ValueError:   # malformed: filled as it is, every time
+                names = self._names[template] = None
+        if names is None:
+            return fill_prose(template, values) if prose else fill(template, values)
+        used = [_lookup(values, n) for n in names]
+        key = (template, prose, *((type(v), v) for v in used))
+        try:
+            out = self._done.get(key)
+        except TypeError:    # a value that cannot be a key
+            return fill_prose(template, values) if prose else fill(template, values)
+        if out is None:
+            out = self._done[key] = fill_prose(template, values) if prose else fill(template, values)
+        return out
+
+
 def _fill(template: str, values: Mapping[str, Any]) -> str:
     try:
         parts = list(string.Formatter().parse(template))

@@ -45,8 +45,7 @@ from .correlate import (
     Timeline,
     correlate_views,
     evidence_of,
-    fill,
-    fill_prose,
+    Filler,
     fmt_when,
     iso,
     kernel_window,
@@ -538,6 +537,7 @@ class _Explainer:
             self.rules = rule_texts(cache_dir)
         except Exception:  # noqa: BLE001 - an incident is still worth building without the rule texts
             self.rules = None
+        self.filler = Filler()
 
     def event(self, e: EventView, role: str, ports: Mapping[str | None, str] | None = None) -> Event:
         """`ports`: unit -> the port its launch configuration gives (`{port}`; SGLang's default without one)."""
@@ -552,8 +552,8 @@ class _Explainer:
                          "ts": iso(e.ts), "path": e.path, "line": e.line, "rank": e.entities.get("rank"),
                          "rule": e.rule, "kind": e.kind,
                          "port": (ports or {}).get(e.entities.get("unit"), SGLANG_DEFAULT_PORT)})
-            explain = fill_prose(rule_explain, vals)
-            steps = tuple(fill(s, vals) for s in rule_steps)
+            explain = self.filler.prose(rule_explain, vals)
+            steps = tuple(self.filler.fill(s, vals) for s in rule_steps)
         pid = e.entities.get("pid")
         return Event(id=e.id, ts=iso(e.ts), ts_source=e.ts_source, kind=e.kind, rule=e.rule, severity=e.severity,
                      role=role, host=e.host, unit=e.entities.get("unit"),

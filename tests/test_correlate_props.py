@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from forensics.correlate import (
     Correlation,
     Coverage,
+    Filler,
     CoverageReport,
     Join,
     Location,
@@ -248,3 +249,29 @@ def test_prose_leaves_out_an_aside_whose_value_is_missing() -> None:
     assert fill_prose(t, full) == fill(t, full) == \
         "a memory cgroup limit (/system.slice/a.service): killed 7 (of python3, 0) (and swap)."
     assert fill_prose("on {host} ({x y})", {}) == "on {host} ({x y})"
+
+
+_TEMPLATES = ["killed {pid} ({name}) of {unit}", "a memory cgroup limit ({cgroup}): killed {oom.pid} (of {oom.process})",
+              "{x:.1f} GiB ({y})", "on {host} ({x y})", "{unclosed", "n={n:>4} {n}", "no placeholder", "{a}{a.b} ({a.b})"]
+_VALUE = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(-3, 3, allow_nan=False),
+                   st.sampled_from(["", "sglang.service", "1", "1.0", "true"]), st.lists(st.integers(), max_size=2),
+                   st.dictionaries(st.sampled_from(["pid", "process", "b"]), st.integers(0, 2) | st.none(), max_size=3))
+_VALUES = st.dictionaries(st.sampled_from(["pid", "name", "unit", "cgroup", "oom", "x", "y", "host", "n", "a"]), _VALUE,
+                          max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_TEMPLATES), _VALUES), min_size=1, max_size=12))
+def test_filler_remembers_exactly_what_fill_and_fill_prose_give(calls: list) -> None:
+    """One Filler over many calls (its memory shared by them) gives what fill and fill_prose give each time: 1, 1.0
+    and True are told apart (they format differently), and values that cannot be a key are filled as they are."""
+    f = Filler()
+    for template, values in calls + calls:
+        assert f.fill(template, values) == fill(template, values)
+        assert f.prose(template, values) == fill_prose(template, values)
+
+
+def test_filler_tells_equal_values_of_other_types_apart() -> None:
+    f = Filler()
+    assert [f.fill("{v}", {"v": v}) for v in (1, 1.0, True, "1")] == ["1", "1.0", "true", "1"]
+    assert f.fill("{v:.2f}", {"v": 1}) == "1.00"
