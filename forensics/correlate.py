@@ -286,22 +286,23 @@ class Filler:
         return self._get(template, values, True)
 
     def _get(self, template: str, values: Mapping[str, Any], prose: bool) -> str:
-        names = self._names.get(template, ())
-        if names == ():
+        if template not in self._names:
             try:
-                names = self._names[template] = tuple(template_names(template))
+                self._names[template] = tuple(template_names(template))
             except ValueError:   # malformed: filled as it is, every time
-                names = self._names[template] = None
-        if names is None:
-            return fill_prose(template, values) if prose else fill(template, values)
-        used = [_lookup(values, n) for n in names]
-        key = (template, prose, *((type(v), v) for v in used))
-        try:
-            out = self._done.get(key)
-        except TypeError:    # a value that cannot be a key
-            return fill_prose(template, values) if prose else fill(template, values)
+                self._names[template] = None
+        names = self._names[template]
+        key = None if names is None else (template, prose, *((type(v), v) for v in (_lookup(values, n) for n in names)))
+        out = None
+        if key is not None:
+            try:
+                out = self._done.get(key)
+            except TypeError:    # a value that cannot be a key
+                key = None
         if out is None:
-            out = self._done[key] = fill_prose(template, values) if prose else fill(template, values)
+            out = fill_prose(template, values) if prose else fill(template, values)
+            if key is not None:
+                self._done[key] = out
         return out
 
 
