@@ -468,9 +468,14 @@ _NO_PAIRS = pl.DataFrame(schema={ROW: pl.UInt32, "_kr": pl.Int32, "_kc": pl.Int3
 
 def _keys(pairs: pl.DataFrame) -> dict[_Key, pl.Series]:
     """For each (rule, context) key, its candidate row ids."""
+    ordered = pairs.sort("_kr", "_kc", ROW)
+    runs = ordered.select(pl.struct("_kr", "_kc").rle()).unnest("_kr").unnest("value")  # len, _kr, _kc per run
+    rows = ordered.get_column(ROW)
     out: dict[_Key, pl.Series] = {}
-    for (kr, kc), part in pairs.group_by(["_kr", "_kc"]):
-        out[_Key(int(kr), int(kc))] = part[ROW].sort()
+    at = 0
+    for n, kr, kc in runs.iter_rows():   # slices of one sorted column: no frame per group
+        out[_Key(kr, kc)] = rows.slice(at, n)
+        at += n
     return out
 
 
@@ -481,7 +486,7 @@ def _extract(frame: pl.DataFrame, pattern: str, engine: Engine, groups: Sequence
     if frame.height == 0:
         return pl.DataFrame(schema={ROW: pl.UInt32, **{g: pl.String for g in groups}})
     if engine is Engine.POLARS:
-        got = frame.select(ROW, pl.col("message").str.extract_groups(wrap(pattern)).alias("__g")).unnest("__g")
+        got = frame.select(ROW, _groups_expr(pattern)).unnest("__g")
         got = got.filter(pl.col("_m").is_not_null())
         return got.select(ROW, *[pl.col(g) for g in groups])
     assert rule is not None, "the regex engine runs a rule's own pattern (its time is charged to the rule)"
@@ -504,6 +509,21 @@ def _extract_regex(frame: pl.DataFrame, pattern: str, groups: Sequence[str], bud
         for g in groups:
             vals[g].append(m.group(g))
     return pl.DataFrame({ROW: rows, **vals}, schema={ROW: pl.UInt32, **{g: pl.String for g in groups}})
+
+
+_GROUPS_EXPRS: dict[str, pl.Expr] = {}
+
+
+def _groups_expr(pattern: str) -> pl.Expr:
+    """`__g`: the struct of the pattern's groups in the message, `_m` its whole match (null: no match). Built once
+    per pattern: building it compiles the pattern (to learn its groups), 1-3 ms for the long ones, more than
+    running it on a flush's few candidates of a rule."""
+    expr = _GROUPS_EXPRS.get(pattern)
+    if expr is None:
+        if len(_GROUPS_EXPRS) >= _MAX_PLANS:
+            _GROUPS_EXPRS.clear()
+        expr = _GROUPS_EXPRS[pattern] = pl.col("message").str.extract_groups(wrap(pattern)).alias("__g")
+    return expr
 
 
 _RX_CACHE: dict[str, regex.Pattern] = {}
@@ -533,12 +553,11 @@ def _at(cand: pl.DataFrame, rows: pl.Series) -> pl.DataFrame:
 
 
 def _rule_matches(rule: Rule, key_rows: pl.Series | None, cand: pl.DataFrame,
-                  budget: RegexBudget, narrow: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(candidate records of the rule that pass applies/exclude, their matches). `narrow`: those records with
-    only the columns a vectorised rule reads (`_narrow`), not every column of the candidates."""
+                  budget: RegexBudget) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(candidate records of the rule that pass applies/exclude, their matches)."""
     if key_rows is None or key_rows.len() == 0:
         return cand.clear(), pl.DataFrame()
-    sub = _at(cand.select(_narrow(rule)) if narrow else cand, key_rows)
+    sub = _at(cand, key_rows)
     ap = applies_expr(rule)
     if ap is not None:
         sub = sub.filter(ap)
@@ -552,10 +571,11 @@ def _rule_matches(rule: Rule, key_rows: pl.Series | None, cand: pl.DataFrame,
 _EVENT_OWN_COLS = ("unit", "pid", "host", "rank")
 
 
-def _narrow(rule: Rule) -> list[str]:
-    """The candidate columns a vectorised rule reads: the message, the columns its `applies` tests, and
+def _narrow_all(rules: RuleSet) -> list[str]:
+    """The candidate columns the vectorised rules read: the message, the columns their `applies` test, and
     `_EVENT_OWN_COLS`."""
-    return list(dict.fromkeys([ROW, "message", *(col for col, _ in rule.applies.columns()), *_EVENT_OWN_COLS]))
+    return list(dict.fromkeys([ROW, "message", *(col for r in rules.rules for col, _ in r.applies.columns()),
+                               *_EVENT_OWN_COLS]))
 
 
 _EVENT_RECORD_COLS = ("ts", "ts_source", "host", "message", "source_id", "path", "line", "line_end", "format")
@@ -563,55 +583,71 @@ _EVENT_RECORD_COLS = ("ts", "ts_source", "host", "message", "source_id", "path",
 
 def _context_fields(rule: Rule, anchors: pl.DataFrame, cand: pl.DataFrame, keys: dict[_Key, pl.Series],
                     rule_index: int, found: dict[int, _Found]) -> None:
-    """Merge each context pattern's groups (and lines) into the anchors' matches, in place."""
+    """Merge each context pattern's groups (and lines) into the anchors' matches, in place. Every context's
+    lookups are one lazy query each, all collected at once (their eager steps cost 10 queries a context)."""
+    queries: list[pl.LazyFrame] = []
     for j, c in enumerate(rule.context):
-        groups = [g for g in c.groups]
-        # 1. inside the anchor record itself (a multi-line record holding the whole report)
-        inside = _extract(anchors, c.pattern, Engine.POLARS, groups)
-        done: set[int] = set()
+        queries.extend(_context_queries(c, anchors, _at(cand, rows) if (rows := keys.get(_Key(rule_index, j)))
+                                        is not None else None))
+    got = iter(pl.collect_all(queries))
+    for c in rule.context:
+        groups = list(c.groups)
+        inside = next(got)  # 1. inside the anchor record itself (a multi-line record holding the whole report)
         for row_d in inside.iter_rows(named=True):
             row = row_d.pop(ROW)
             _merge(found[row], row_d, c)
-            done.add(row)
-        # 2. the nearest matching record before / after, same source and host (and `same` columns)
-        rows = keys.get(_Key(rule_index, j))
-        todo = anchors.filter(~pl.col(ROW).is_in(list(done)))
-        if rows is None or todo.height == 0:
-            continue
-        pool = _at(cand, rows)
-        hits = _extract(pool, c.pattern, Engine.POLARS, groups)
-        if hits.height == 0:
-            continue
-        by = ["path", "__host", "__boot", *[s for s in c.same if s != "boot_id"]]
-        prep = [pl.col("host").fill_null("").alias("__host"), pl.col("boot_id").fill_null("").alias("__boot")]
-        prep += [pl.col(s).fill_null(-1 if s == "pid" else "").alias(s) for s in c.same if s != "boot_id"]
-        right = (pool.join(hits.rename({g: f"__c_{g}" for g in groups}), on=ROW)
-                 .with_columns(prep)
-                 .select(*by, pl.col(ROW).alias("__crow"), pl.col("line").alias("__cline"),
-                         pl.col("line_end").alias("__cend"), pl.col("ts").alias("__cts"),
-                         pl.col("mono").alias("__cmono"), *[f"__c_{g}" for g in groups]))
-        left = todo.with_columns(prep).select(ROW, *by, "line", "line_end", "ts", "mono")
-        if c.direction is Direction.BEFORE:
-            left = left.with_columns((pl.col("line") - 1).alias("__key")).sort("__key")
-            right = right.with_columns(pl.col("__cend").alias("__key")).sort("__key")
-            strategy = "backward"
-        else:
-            left = left.with_columns((pl.col("line_end") + 1).alias("__key")).sort("__key")
-            right = right.with_columns(pl.col("__cline").alias("__key")).sort("__key")
-            strategy = "forward"
-        joined = left.join_asof(right, on="__key", by=by, strategy=strategy, tolerance=c.lines,
-                                check_sortedness=False).filter(pl.col("__crow").is_not_null())
-        if c.seconds is not None and joined.height:
-            dt_ts = (pl.col("__cts") - pl.col("ts")).dt.total_microseconds().abs() / 1e6
-            dt_mono = (pl.col("__cmono") - pl.col("mono")).abs()
-            ok = (pl.when(pl.col("ts").is_not_null() & pl.col("__cts").is_not_null()).then(dt_ts <= c.seconds)
-                  .when(pl.col("mono").is_not_null() & pl.col("__cmono").is_not_null()).then(dt_mono <= c.seconds)
-                  .otherwise(True))
-            joined = joined.filter(ok)
-        for d in joined.select(ROW, "__cline", "__cend", *[f"__c_{g}" for g in groups]).iter_rows(named=True):
+        # 2. the nearest matching record before / after, same source and host (and `same` columns), for the
+        # anchors that do not hold the context themselves
+        for d in next(got).iter_rows(named=True):
             f = found[d[ROW]]
             _merge(f, {g: d[f"__c_{g}"] for g in groups}, c)
             f.line, f.line_end = min(f.line, d["__cline"]), max(f.line_end, d["__cend"])
+
+
+def _context_queries(c: Context, anchors: pl.DataFrame, pool: pl.DataFrame | None) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """(the context's groups inside each anchor record: ROW + groups; the nearest record of `pool` (the context's
+    candidates) before / after each other anchor within the context's lines (and seconds): ROW, `__cline`,
+    `__cend` and `__c_<group>`)."""
+    groups = list(c.groups)
+    inside = _extract_lazy(anchors.lazy(), c.pattern, groups)
+    out_cols = [ROW, "__cline", "__cend", *[f"__c_{g}" for g in groups]]
+    if pool is None or pool.height == 0:
+        return inside, pl.LazyFrame(schema={ROW: pl.UInt32, "__cline": pl.Int64, "__cend": pl.Int64,
+                                            **{f"__c_{g}": pl.String for g in groups}})
+    hits = _extract_lazy(pool.lazy(), c.pattern, groups)
+    by = ["path", "__host", "__boot", *[s for s in c.same if s != "boot_id"]]
+    prep = [pl.col("host").fill_null("").alias("__host"), pl.col("boot_id").fill_null("").alias("__boot")]
+    prep += [pl.col(s).fill_null(-1 if s == "pid" else "").alias(s) for s in c.same if s != "boot_id"]
+    right = (pool.lazy().join(hits.rename({g: f"__c_{g}" for g in groups}), on=ROW)
+             .with_columns(prep)
+             .select(*by, pl.col(ROW).alias("__crow"), pl.col("line").alias("__cline"),
+                     pl.col("line_end").alias("__cend"), pl.col("ts").alias("__cts"),
+                     pl.col("mono").alias("__cmono"), *[f"__c_{g}" for g in groups]))
+    left = anchors.lazy().join(inside.select(ROW), on=ROW, how="anti").with_columns(prep).select(
+        ROW, *by, "line", "line_end", "ts", "mono")
+    if c.direction is Direction.BEFORE:
+        left = left.with_columns((pl.col("line") - 1).alias("__key")).sort("__key")
+        right = right.with_columns(pl.col("__cend").alias("__key")).sort("__key")
+        strategy = "backward"
+    else:
+        left = left.with_columns((pl.col("line_end") + 1).alias("__key")).sort("__key")
+        right = right.with_columns(pl.col("__cline").alias("__key")).sort("__key")
+        strategy = "forward"
+    joined = left.join_asof(right, on="__key", by=by, strategy=strategy, tolerance=c.lines,
+                            check_sortedness=False).filter(pl.col("__crow").is_not_null())
+    if c.seconds is not None:
+        dt_ts = (pl.col("__cts") - pl.col("ts")).dt.total_microseconds().abs() / 1e6
+        dt_mono = (pl.col("__cmono") - pl.col("mono")).abs()
+        joined = joined.filter(pl.when(pl.col("ts").is_not_null() & pl.col("__cts").is_not_null()).then(dt_ts <= c.seconds)
+                               .when(pl.col("mono").is_not_null() & pl.col("__cmono").is_not_null())
+                               .then(dt_mono <= c.seconds).otherwise(True))
+    return inside, joined.select(out_cols)
+
+
+def _extract_lazy(frame: pl.LazyFrame, pattern: str, groups: Sequence[str]) -> pl.LazyFrame:
+    """`_extract` with the polars engine, as a lazy query."""
+    return (frame.select(ROW, _groups_expr(pattern)).unnest("__g").filter(pl.col("_m").is_not_null())
+            .select(ROW, *[pl.col(g) for g in groups]))
 
 
 def _merge(f: _Found, groups: Mapping[str, Any], c: Context) -> None:
@@ -674,8 +710,7 @@ def vectorisable(rule: Rule) -> bool:
             and all(c in _VECTOR_CASTS for _, c in rule.casts) and not size_fields(rule.title or ""))
 
 
-def _cast_expr(name: str, cast: str | None) -> pl.Expr:
-    col = pl.col(name)
+def _cast_expr(col: pl.Expr, cast: str | None) -> pl.Expr:
     if cast == "int":
         return col.str.strip_chars().cast(pl.Int64, strict=False)
     if cast == "float":
@@ -735,13 +770,32 @@ def _template_parts(template: str, fields: Sequence[str]) -> list[pl.Expr]:
     return parts
 
 
-def _events_vectorised(rule: Rule, hits: pl.DataFrame, sub: pl.DataFrame) -> pl.DataFrame:
-    """The rule's events without their record columns: ROW, kind, rule, severity, role, unit, pid, title and
-    fields (`_with_records` adds the rest, for the events of every vectorised rule at once)."""
+@dataclass(frozen=True)
+class _VectorPlan:
+    """A vectorised rule's events as polars expressions, built once per rule (building them, `extract_groups`
+    compiling its pattern to learn the groups, cost more than running them on a flush's few candidates)."""
+
+    filters: tuple[pl.Expr, ...]   # its `applies` and `exclude`
+    groups: pl.Expr                 # the struct of its pattern's groups (`_m`: the whole match, null for none)
+    fields: tuple[pl.Expr, ...]     # `__f_<name>`: each group, cast
+    event: tuple[pl.Expr, ...]      # `__e_<column>`: what the title may name besides the fields
+    out: tuple[pl.Expr, ...]        # the event's own columns (`_with_records` adds its record's)
+
+
+_PLANS: dict[int, tuple[Rule, _VectorPlan]] = {}   # id(rule) -> (the rule, its plan); the rule kept: ids stay its own
+_MAX_PLANS = 4096
+
+
+def _vector_plan(rule: Rule) -> _VectorPlan:
+    got = _PLANS.get(id(rule))
+    if got is not None and got[0] is rule:
+        return got[1]
     names = sorted(g for g in rule.groups if not g.startswith("_"))
     casts = dict(rule.casts)
-    df = hits.select(ROW, *[_cast_expr(n, casts.get(n)).alias(f"__f_{n}") for n in names])
-    df = df.hstack(_at(sub.select(ROW, *_EVENT_OWN_COLS), df.get_column(ROW)).drop(ROW))
+    filters = [f for f in (applies_expr(rule),) if f is not None]
+    if rule.exclude:
+        filters.append(~pl.col("message").str.contains(rule.exclude).fill_null(False))
+    group = pl.col("__g").struct.field
     frags = [pl.when(pl.col(f"__f_{n}").is_not_null()).then(
         pl.struct(pl.col(f"__f_{n}").alias(n)).struct.json_encode().str.slice(1).str.strip_suffix("}"))
         for n in names]
@@ -750,15 +804,33 @@ def _events_vectorised(rule: Rule, hits: pl.DataFrame, sub: pl.DataFrame) -> pl.
     unit = (pl.coalesce(pl.col("__f_unit"), pl.col("unit")) if "unit" in names else pl.col("unit"))
     pid = (pl.coalesce(pl.col("__f_pid").cast(pl.Int64, strict=False), pl.col("pid")) if "pid" in names
            else pl.col("pid"))
-    df = df.with_columns(unit.alias("__e_unit"), pid.alias("__e_pid"), pl.col("host").alias("__e_host"),
-                         pl.col("rank").alias("__e_rank"), pl.lit(rule.id).alias("__e_rule"),
-                         pl.lit(rule.kind).alias("__e_kind"))
-    return df.select(
-        ROW, pl.lit(rule.kind).alias("kind"), pl.lit(rule.id).alias("rule"),
-        pl.lit(rule.severity.value).alias("severity"), pl.lit(rule.role.value).alias("role"),
-        pl.col("__e_unit").cast(pl.String).alias("unit"), pl.col("__e_pid").cast(pl.Int64).alias("pid"),
-        _title_expr(rule.title, names).alias("title"), fields.alias("fields"),
-        pl.lit(None, dtype=pl.Int64).alias("__line"), pl.lit(None, dtype=pl.Int64).alias("__end"))
+    plan = _VectorPlan(
+        filters=tuple(filters),
+        groups=_groups_expr(rule.pattern),
+        fields=tuple(_cast_expr(group(n), casts.get(n)).alias(f"__f_{n}") for n in names),
+        event=(unit.alias("__e_unit"), pid.alias("__e_pid"), pl.col("host").alias("__e_host"),
+               pl.col("rank").alias("__e_rank"), pl.lit(rule.id).alias("__e_rule"), pl.lit(rule.kind).alias("__e_kind")),
+        out=(ROW, pl.lit(rule.kind).alias("kind"), pl.lit(rule.id).alias("rule"),
+             pl.lit(rule.severity.value).alias("severity"), pl.lit(rule.role.value).alias("role"),
+             pl.col("__e_unit").cast(pl.String).alias("unit"), pl.col("__e_pid").cast(pl.Int64).alias("pid"),
+             _title_expr(rule.title, names).alias("title"), fields.alias("fields"),
+             pl.lit(None, dtype=pl.Int64).alias("__line"), pl.lit(None, dtype=pl.Int64).alias("__end")))
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[id(rule)] = (rule, plan)
+    return plan
+
+
+def _events_vectorised(rule: Rule, sub: pl.DataFrame) -> pl.LazyFrame:
+    """The rule's events from its candidate records `sub` (their `_narrow_all` columns) without their record columns:
+    ROW, kind, rule, severity, role, unit, pid, title and fields (`_with_records` adds the rest, for the events of
+    every vectorised rule at once). A lazy frame: the rules' events are collected together, one query a flush."""
+    p = _vector_plan(rule)
+    lf = sub.lazy()
+    for f in p.filters:
+        lf = lf.filter(f)
+    return (lf.with_columns(p.groups).filter(pl.col("__g").struct.field("_m").is_not_null())
+            .with_columns(*p.fields).with_columns(*p.event).select(*p.out))
 
 
 def _with_records(parts: list[pl.DataFrame], cand: pl.DataFrame) -> pl.DataFrame:
@@ -970,14 +1042,18 @@ def _apply_rules(cand: pl.DataFrame, pairs: pl.DataFrame, rules: RuleSet, budget
         return empty_events()
     keys = _keys(pairs)
     parts: list[pl.DataFrame] = []
-    partial: list[pl.DataFrame] = []   # vectorised rules' events, their record columns still to add
+    partial: list[pl.LazyFrame] = []   # vectorised rules' events, their record columns still to add
+    narrow: pl.DataFrame | None = None  # the candidates' columns the vectorised rules read
     for i, rule in enumerate(rules.rules):
-        vector = vectorise and vectorisable(rule)
-        sub, hits = _rule_matches(rule, keys.get(_Key(i)), cand, budget, narrow=vector)
-        if hits.height == 0:
+        if vectorise and vectorisable(rule):
+            rows = keys.get(_Key(i))
+            if rows is not None and rows.len():
+                if narrow is None:
+                    narrow = cand.select(_narrow_all(rules))
+                partial.append(_events_vectorised(rule, _at(narrow, rows)))
             continue
-        if vector:
-            partial.append(_events_vectorised(rule, hits, sub))
+        sub, hits = _rule_matches(rule, keys.get(_Key(i)), cand, budget)
+        if hits.height == 0:
             continue
         anchors = sub.filter(pl.col(ROW).is_in(hits[ROW].implode()))
         where = dict(zip(anchors[ROW].to_list(), zip(anchors["line"].to_list(), anchors["line_end"].to_list())))
@@ -989,7 +1065,10 @@ def _apply_rules(cand: pl.DataFrame, pairs: pl.DataFrame, rules: RuleSet, budget
         if rule.context:
             _context_fields(rule, anchors, cand, keys, i, found)
         parts.append(_events_python(rule, found, cand, rules))
-    parts.extend(partial)   # the general path's first, as the order of equal (path, line, rule) keys always was
+    if partial:   # the general path's first, as the order of equal (path, line, rule) keys always was
+        vector = pl.concat(partial).collect()
+        if vector.height:
+            parts.append(vector)
     if not parts:
         return empty_events()
     return _with_records(parts, cand)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forensics import cli_rules
+from forensics import cli_rules, match
 from forensics.match import (
     cast_bytes,
     cast_cgroup_unit,
@@ -876,3 +876,21 @@ def test_rescan_reads_contexts_across_its_slices(tmp_path: Path, monkeypatch: py
     got = store.events([entry.source_id]).collect()
     assert got.equals(want)
     assert got.filter(pl.col("kind") == "oom_kill")["line_end"].to_list() == [173]
+
+
+def test_rules_of_one_id_from_two_packs_keep_their_own_titles(tmp_path: Path) -> None:
+    """The vectorised path builds a rule's expressions once and keeps them for that rule object: a user's rule
+    that overrides a built-in id (another object, another title and pattern) gets its own, in the same process."""
+    first = _titles_both_ways(tmp_path, "service_failed", r"^(?P<unit>\S+): boom$", "{unit} went boom",
+                              ["a.service: boom"])
+    second = _titles_both_ways(tmp_path, "service_failed", r"^(?P<unit>\S+): bang$", "{unit} went bang",
+                               ["a.service: bang"])
+    assert (first, second) == (["a.service went boom"], ["a.service went bang"])
+
+
+def test_keys_list_each_rule_and_context_candidates_sorted() -> None:
+    pairs = pl.DataFrame({"__row": [9, 3, 1, 2, 5, 4], "_kr": [1, 0, 1, 0, 1, 0], "_kc": [-1, -1, -1, 2, -1, -1]},
+                         schema={"__row": pl.UInt32, "_kr": pl.Int32, "_kc": pl.Int32})
+    got = {(k.rule, k.ctx): v.to_list() for k, v in match._keys(pairs).items()}
+    assert got == {(0, -1): [3, 4], (0, 2): [2], (1, -1): [1, 5, 9]}
+    assert match._keys(pairs.clear()) == {}
