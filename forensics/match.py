@@ -1066,7 +1066,8 @@ def _apply_rules(cand: pl.DataFrame, pairs: pl.DataFrame, rules: RuleSet, budget
             _context_fields(rule, anchors, cand, keys, i, found)
         parts.append(_events_python(rule, found, cand, rules))
     if partial:   # the general path's first, as the order of equal (path, line, rule) keys always was
-        vector = pl.concat(partial).collect()
+        # one rule at a time: run in parallel, the rules' intermediates would all be held at once
+        vector = pl.concat(partial, parallel=False).collect()
         if vector.height:
             parts.append(vector)
     if not parts:
