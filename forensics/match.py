@@ -604,7 +604,8 @@ def _context_fields(rule: Rule, anchors: pl.DataFrame, cand: pl.DataFrame, keys:
             f.line, f.line_end = min(f.line, d["__cline"]), max(f.line_end, d["__cend"])
 
 
-def _context_queries(c: Context, anchors: pl.DataFrame, pool: pl.DataFrame | None) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+def _context_queries(c: Context, anchors: pl.DataFrame,
+                     pool: pl.DataFrame | None) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     """(the context's groups inside each anchor record: ROW + groups; the nearest record of `pool` (the context's
     candidates) before / after each other anchor within the context's lines (and seconds): ROW, `__cline`,
     `__cend` and `__c_<group>`)."""
@@ -638,9 +639,10 @@ def _context_queries(c: Context, anchors: pl.DataFrame, pool: pl.DataFrame | Non
     if c.seconds is not None:
         dt_ts = (pl.col("__cts") - pl.col("ts")).dt.total_microseconds().abs() / 1e6
         dt_mono = (pl.col("__cmono") - pl.col("mono")).abs()
-        joined = joined.filter(pl.when(pl.col("ts").is_not_null() & pl.col("__cts").is_not_null()).then(dt_ts <= c.seconds)
-                               .when(pl.col("mono").is_not_null() & pl.col("__cmono").is_not_null())
-                               .then(dt_mono <= c.seconds).otherwise(True))
+        joined = joined.filter(
+            pl.when(pl.col("ts").is_not_null() & pl.col("__cts").is_not_null()).then(dt_ts <= c.seconds)
+            .when(pl.col("mono").is_not_null() & pl.col("__cmono").is_not_null()).then(dt_mono <= c.seconds)
+            .otherwise(True))
     return inside, joined.select(out_cols)
 
 
@@ -809,7 +811,8 @@ def _vector_plan(rule: Rule) -> _VectorPlan:
         groups=_groups_expr(rule.pattern),
         fields=tuple(_cast_expr(group(n), casts.get(n)).alias(f"__f_{n}") for n in names),
         event=(unit.alias("__e_unit"), pid.alias("__e_pid"), pl.col("host").alias("__e_host"),
-               pl.col("rank").alias("__e_rank"), pl.lit(rule.id).alias("__e_rule"), pl.lit(rule.kind).alias("__e_kind")),
+               pl.col("rank").alias("__e_rank"), pl.lit(rule.id).alias("__e_rule"),
+               pl.lit(rule.kind).alias("__e_kind")),
         out=(ROW, pl.lit(rule.kind).alias("kind"), pl.lit(rule.id).alias("rule"),
              pl.lit(rule.severity.value).alias("severity"), pl.lit(rule.role.value).alias("role"),
              pl.col("__e_unit").cast(pl.String).alias("unit"), pl.col("__e_pid").cast(pl.Int64).alias("pid"),
@@ -822,9 +825,9 @@ def _vector_plan(rule: Rule) -> _VectorPlan:
 
 
 def _events_vectorised(rule: Rule, sub: pl.DataFrame) -> pl.LazyFrame:
-    """The rule's events from its candidate records `sub` (their `_narrow_all` columns) without their record columns:
-    ROW, kind, rule, severity, role, unit, pid, title and fields (`_with_records` adds the rest, for the events of
-    every vectorised rule at once). A lazy frame: the rules' events are collected together, one query a flush."""
+    """The rule's events from its candidate records `sub` (their `_narrow_all` columns) without their record
+    columns: ROW, kind, rule, severity, role, unit, pid, title and fields (`_with_records` adds the rest, for the
+    events of every vectorised rule at once). A lazy frame: a flush collects its rules' events in one query."""
     p = _vector_plan(rule)
     lf = sub.lazy()
     for f in p.filters:
