@@ -7,7 +7,9 @@
    candidate holds. Over a stream (`Matcher`, as ingest runs it) each batch is prefiltered as it comes and
    steps 2-4 run over the candidates of many batches at once.
 2. Each rule's full pattern runs (`str.extract_groups`, Rust regex) only on its candidates that pass its
-   `applies` and `exclude`; rules needing look-around run with the `regex` module and a timeout.
+   `applies` and `exclude`; rules needing look-around run with the `regex` module and a timeout. A rule whose
+   events polars builds alone (`vectorisable`) is one lazy query, its expressions built once; a flush collects
+   all of them in one go: its fixed cost is no longer ten small queries a rule.
 3. Context patterns (multi-record events such as a kernel OOM report) are looked up for the few anchors
    only: first inside the anchor record, then with an as-of join on line number within the same source
    and host.
