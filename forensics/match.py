@@ -27,6 +27,7 @@ import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import polars as pl
@@ -488,9 +489,7 @@ def _extract(frame: pl.DataFrame, pattern: str, engine: Engine, groups: Sequence
     if frame.height == 0:
         return pl.DataFrame(schema={ROW: pl.UInt32, **{g: pl.String for g in groups}})
     if engine is Engine.POLARS:
-        got = frame.select(ROW, _groups_expr(pattern)).unnest("__g")
-        got = got.filter(pl.col("_m").is_not_null())
-        return got.select(ROW, *[pl.col(g) for g in groups])
+        return _extract_lazy(frame.lazy(), pattern, groups).collect()
     assert rule is not None, "the regex engine runs a rule's own pattern (its time is charged to the rule)"
     return _extract_regex(frame, pattern, groups, budget or RegexBudget(), rule)
 
@@ -513,19 +512,12 @@ def _extract_regex(frame: pl.DataFrame, pattern: str, groups: Sequence[str], bud
     return pl.DataFrame({ROW: rows, **vals}, schema={ROW: pl.UInt32, **{g: pl.String for g in groups}})
 
 
-_GROUPS_EXPRS: dict[str, pl.Expr] = {}
-
-
+@lru_cache(maxsize=4096)
 def _groups_expr(pattern: str) -> pl.Expr:
     """`__g`: the struct of the pattern's groups in the message, `_m` its whole match (null: no match). Built once
     per pattern: building it compiles the pattern (to learn its groups), 1-3 ms for the long ones, more than
     running it on a flush's few candidates of a rule."""
-    expr = _GROUPS_EXPRS.get(pattern)
-    if expr is None:
-        if len(_GROUPS_EXPRS) >= _MAX_PLANS:
-            _GROUPS_EXPRS.clear()
-        expr = _GROUPS_EXPRS[pattern] = pl.col("message").str.extract_groups(wrap(pattern)).alias("__g")
-    return expr
+    return pl.col("message").str.extract_groups(wrap(pattern)).alias("__g")
 
 
 _RX_CACHE: dict[str, regex.Pattern] = {}
@@ -1072,8 +1064,8 @@ def _apply_rules(cand: pl.DataFrame, pairs: pl.DataFrame, rules: RuleSet, budget
         if rule.context:
             _context_fields(rule, anchors, cand, keys, i, found)
         parts.append(_events_python(rule, found, cand, rules))
-    parts.extend(p for p in partial if p.height)   # the general path's first, as the order of equal (path, line,
-    # rule) keys always was
+    # the general path's events first, as the order of equal (path, line, rule) keys always was
+    parts.extend(p for p in partial if p.height)
     if not parts:
         return empty_events()
     return _with_records(parts, cand)
