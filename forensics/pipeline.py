@@ -125,6 +125,10 @@ def ingest(store: Store, inputs: list[str], opts: IngestOptions,
         if r.entry is not None and r.status != "unchanged":
             with HEAVY.hold(PROFILE_WEIGHT):
                 warm_profile(store, r.entry.source_id)
+    if rules is not None:  # the texts a report reads of the packs, from the rule set loaded to match
+        from .rulepacks import keep_loaded_texts
+
+        keep_loaded_texts(store.cache_dir)
     store.settle()  # the staged parts, deleted meanwhile on a thread of their own
     return report
 

@@ -1087,8 +1087,7 @@ def rule_texts(cache_dir: Path | None = None, env: Mapping[str, str] | None = No
     """The RuleTexts of the packs in force: read from `cache_dir` when kept there, else from the packs
     (kept when `cache_dir` is writable). Raises RulePackError as load_rules does."""
     _, errors, key = _layers((), True, env)
-    digest = hashlib.sha256(json.dumps([_CODE, key], default=str).encode()).hexdigest()[:32]
-    path = cache_dir / f"rules~{digest}.json" if cache_dir is not None and not errors else None
+    path = _texts_path(cache_dir, key) if cache_dir is not None and not errors else None
     if path is not None:
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
@@ -1096,19 +1095,42 @@ def rule_texts(cache_dir: Path | None = None, env: Mapping[str, str] | None = No
                              versions=tuple((a, b) for a, b in raw["versions"]))
         except (OSError, ValueError, KeyError, TypeError):  # not kept yet, or being replaced
             pass
-    rules = load_rules(env=env)
-    out = RuleTexts(texts={r.id: (r.explain, tuple(r.next_steps)) for r in rules.rules},
-                    versions=rules.pack_versions())
+    out = _texts_of(load_rules(env=env))
     if path is not None:
         _keep_texts(out, path)
     return out
 
 
-def _keep_texts(t: RuleTexts, path: Path) -> None:
+def keep_loaded_texts(cache_dir: Path, env: Mapping[str, str] | None = None) -> bool:
+    """Keep in `cache_dir` the RuleTexts of the packs in force (as `rule_texts` would) when this process has them
+    loaded already (ingest does, to match), and they are not kept yet: the first report after an ingest then
+    does not load the packs again. False when nothing was written (not loaded: loading them here would cost what
+    it saves; already kept; a read-only store)."""
+    _, errors, key = _layers((), True, env)
+    rules = _LOADED.get(key)
+    if errors or rules is None:
+        return False
+    path = _texts_path(cache_dir, key)
+    return not path.is_file() and _keep_texts(_texts_of(rules), path)
+
+
+def _texts_path(cache_dir: Path, key: tuple) -> Path:
+    digest = hashlib.sha256(json.dumps([_CODE, key], default=str).encode()).hexdigest()[:32]
+    return cache_dir / f"rules~{digest}.json"
+
+
+def _texts_of(rules: RuleSet) -> RuleTexts:
+    return RuleTexts(texts={r.id: (r.explain, tuple(r.next_steps)) for r in rules.rules},
+                     versions=rules.pack_versions())
+
+
+def _keep_texts(t: RuleTexts, path: Path) -> bool:
     text = json.dumps({"texts": {k: [e, list(n)] for k, (e, n) in sorted(t.texts.items())},
                        "versions": [list(v) for v in t.versions]}, ensure_ascii=False)
-    if write_atomic([(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))]):
-        prune(path.parent, "rules", generation(path), TEXTS_KEPT)
+    if not write_atomic([(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))]):
+        return False
+    prune(path.parent, "rules", generation(path), TEXTS_KEPT)
+    return True
 
 
 def _stamp(f: Path) -> tuple[str]:

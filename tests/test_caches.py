@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import polars as pl
+import pytest
 from test_incidents import add_timeline, store_from_timeline
 
 from forensics import record_tables
@@ -152,3 +153,23 @@ def test_cache_files_are_written_whole_and_pruned_by_generation(tmp_path: Path) 
     prune(d, "t", "t~a", 3)
     assert sorted({generation(p) for p in d.iterdir()}) == ["other~x", "t~a", "t~e", "t~f"]
     assert generation(d / "t~e.one.parquet") == "t~e"
+
+
+def test_ingest_keeps_the_rules_texts_a_report_reads(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Ingest loads the packs to match: their texts are kept then, so the first report does not load them again
+    (compiling every pattern); with `--rules`, the rules matched are not the report's, and nothing is kept."""
+    from helpers import ingest_text
+
+    from forensics.rulepacks import rule_texts
+
+    monkeypatch.delenv("FORENSICS_RULES", raising=False)
+    line = "2025-05-25T20:17:19+00:00 host systemd[1]: x.service: Main process exited, code=killed, status=9/KILL\n"
+    for d in ("user", "a", "b"):
+        (tmp_path / d).mkdir()
+    user = tmp_path / "user"
+    store, rep = ingest_text(tmp_path / "a", "j.log", line, rules_dirs=[str(user)])
+    assert not rep.failed and not list(store.cache_dir.glob("rules~*.json"))
+    store, rep = ingest_text(tmp_path / "b", "j.log", line)
+    assert not rep.failed and len(list(store.cache_dir.glob("rules~*.json"))) == 1
+    monkeypatch.setattr("forensics.rulepacks.load_rules", lambda *a, **k: pytest.fail("loaded the packs again"))
+    assert rule_texts(store.cache_dir).get("systemd.main_killed") is not None

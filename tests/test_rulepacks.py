@@ -274,6 +274,29 @@ def test_rule_texts_are_kept_and_follow_the_packs(tmp_path: Path, monkeypatch: p
     assert rule_texts(None).get("systemd.main_killed")[0] == "changed again"
 
 
+def test_loaded_rules_keep_their_texts_for_the_first_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ingest has the packs in force loaded: their texts are kept from that rule set, as `rule_texts` would keep
+    them, and a report reads them without loading the packs. Another rule set loaded (`--rules`) keeps nothing."""
+    from forensics.rulepacks import keep_loaded_texts, rule_texts
+
+    monkeypatch.delenv("FORENSICS_RULES", raising=False)
+    cache = tmp_path / "cache"
+    write_pack(tmp_path / "user", "mine.yaml", GOOD_RULE)
+    load_rules([tmp_path / "user"])   # the last rule set loaded is not the packs in force
+    assert not keep_loaded_texts(cache)
+    assert not list(cache.glob("rules~*.json"))
+    rules = load_rules()
+    assert keep_loaded_texts(cache)
+    assert not keep_loaded_texts(cache)  # kept already
+    assert len(list(cache.glob("rules~*.json"))) == 1
+    monkeypatch.setattr("forensics.rulepacks.load_rules", lambda *a, **k: pytest.fail("read the packs again"))
+    kept = rule_texts(cache)
+    assert kept.texts == {r.id: (r.explain, tuple(r.next_steps)) for r in rules.rules}
+    assert kept.versions == rules.pack_versions()
+    monkeypatch.undo()
+    assert rule_texts(tmp_path / "elsewhere") == kept
+
+
 def test_duplicate_ids_inside_one_layer(tmp_path: Path) -> None:
     write_pack(tmp_path / "u", "a.yaml", GOOD_RULE)
     write_pack(tmp_path / "u", "b.yaml", GOOD_RULE)
