@@ -196,6 +196,30 @@ def part_expr() -> pl.Expr:
     return pl.when(host.is_null() | (host == "")).then(pl.lit(UNKNOWN_HOST)).otherwise(host)
 
 
+def _group_hash() -> pl.Expr:
+    return pl.struct("kind", "host", "_sig").hash()
+
+
+def _sessions(keyed: pl.DataFrame) -> pl.DataFrame:
+    """(_seq, _sess) of events (`_seq`, kind, host, `_sig`, `t_us`, in seq order, so in time order with the
+    untimed last): a session is a run of one (kind, host, signature) whose times are no more than DUP_SECONDS
+    apart, or all its untimed events. A session's number only names it.
+
+    Each group's events must be together in time order. The frame is in time order already, so a stable sort on
+    a hash of the three keys does it: 0.05 s for 483 k events, where sorting on the keys themselves took
+    0.2-0.25 s. Two groups with one hash would be interleaved; that shows as more runs of the keys than hashes,
+    and the keys themselves are sorted on then."""
+    group = (pl.col("kind").ne_missing(pl.col("kind").shift(1)) | pl.col("host").ne_missing(pl.col("host").shift(1))
+             | pl.col("_sig").ne_missing(pl.col("_sig").shift(1)))
+    s = keyed.with_columns(_group_hash().alias("_g")).sort("_g", maintain_order=True)
+    runs, hashes = s.select(group.sum(), pl.col("_g").n_unique()).row(0)
+    if runs != hashes:  # a collision: the exact sort
+        s = keyed.sort(["kind", "host", "_sig", "t_us", "_seq"], nulls_last=True)
+    brk = (group | pl.col("t_us").is_null().ne_missing(pl.col("t_us").is_null().shift(1))
+           | ((pl.col("t_us") - pl.col("t_us").shift(1)) > _DUP_US).fill_null(False))
+    return s.select("_seq", brk.cum_sum().alias("_sess"))
+
+
 class EventSource:
     """The events of a store (a lazy frame with hosts and units filled, and `_row`), prepared on demand.
 
@@ -264,13 +288,7 @@ class EventSource:
                   .with_row_index("_seq").drop("ts", "rule"))
         del chunks
         # fold sessions: kind, host, first line; timed events chained by <= DUP_SECONDS, untimed ones together
-        s = narrow.select("_seq", pl.col("kind").fill_null(""), "host", "_sig", "t_us").sort(
-            ["kind", "host", "_sig", "t_us", "_seq"], nulls_last=True)
-        brk = (pl.col("kind").ne_missing(pl.col("kind").shift(1)) | pl.col("host").ne_missing(pl.col("host").shift(1))
-               | pl.col("_sig").ne_missing(pl.col("_sig").shift(1))
-               | pl.col("t_us").is_null().ne_missing(pl.col("t_us").is_null().shift(1))
-               | ((pl.col("t_us") - pl.col("t_us").shift(1)) > _DUP_US).fill_null(False))
-        sess = s.select("_seq", brk.cum_sum().alias("_sess"))
+        sess = _sessions(narrow.select("_seq", pl.col("kind").fill_null(""), "host", "_sig", "t_us"))
         col = pl.Series("_sess", [0] * narrow.height, dtype=sess["_sess"].dtype)
         col.scatter(sess["_seq"], sess["_sess"])
         return narrow.drop("_sig").with_columns(col)

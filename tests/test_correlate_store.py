@@ -27,7 +27,9 @@ from forensics.correlate import (
 )
 from forensics.correlate_local import LocalMatcher, independent
 from forensics.correlate_store import (
+    _DUP_US,
     PY_WHITESPACE,
+    _sessions,
     _signature_expr,
     fold_copies,
     host_local,
@@ -186,6 +188,52 @@ def test_fold_of_a_long_run_of_one_line_is_linear() -> None:
     evs = [_view(i, 3.0 * i, "service_started", "x.service: Started x.", line=10 * i + 1) for i in range(30000)]
     prim, copies = fold_copies(evs)
     assert len(prim) == 30000 and not copies
+
+
+def _ref_sessions(keyed: pl.DataFrame) -> list[set[int]]:
+    """The sessions by their definition: per (kind, host, signature), timed events in time order chained while
+    no more than DUP apart, the untimed ones together."""
+    groups: dict[tuple, list[tuple]] = {}
+    for seq, kind, host, sig, t in keyed.iter_rows():
+        groups.setdefault((kind, host, sig, t is None), []).append((t, seq))
+    out = []
+    for (_, _, _, untimed), evs in groups.items():
+        evs.sort(key=lambda x: (x[0] or 0, x[1]))
+        cur: set[int] = set()
+        for i, (t, seq) in enumerate(evs):
+            if cur and not untimed and t - evs[i - 1][0] > _DUP_US:
+                out.append(cur)
+                cur = set()
+            cur.add(seq)
+        out.append(cur)
+    return sorted(out, key=min)
+
+
+def _partition(sess: pl.DataFrame) -> list[set[int]]:
+    by: dict[int, set[int]] = {}
+    for seq, s in sess.iter_rows():
+        by.setdefault(s, set()).add(seq)
+    return sorted(by.values(), key=min)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_fold_sessions_are_runs_of_one_kind_host_and_line(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The narrow frame's fold sessions (found by a stable sort on a hash of the keys) are the sessions by their
+    definition; and when two groups share a hash (made to here: every hash the same), the keys are sorted on."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(400):
+        t = None if rng.random() < 0.15 else rng.choice([0, 1, 2, 3, 50, 51, 400]) * _DUP_US // 2 + rng.randrange(3)
+        rows.append((rng.choice(["a", "b", ""]), rng.choice(["h1", "h2", None]), rng.randrange(4), t))
+    rows.sort(key=lambda r: (r[3] is None, r[3] or 0))  # seq order: time order, the untimed last
+    keyed = pl.DataFrame({"_seq": list(range(len(rows))), "kind": [r[0] for r in rows],
+                          "host": [r[1] for r in rows], "_sig": [r[2] for r in rows], "t_us": [r[3] for r in rows]},
+                         schema={"_seq": pl.UInt32, "kind": pl.String, "host": pl.String, "_sig": pl.UInt64,
+                                 "t_us": pl.Int64})
+    want = _ref_sessions(keyed)
+    assert _partition(_sessions(keyed)) == want
+    monkeypatch.setattr("forensics.correlate_store._group_hash", lambda: pl.lit(0, dtype=pl.UInt64))
+    assert _partition(_sessions(keyed)) == want
 
 
 def test_polars_signature_is_the_python_one() -> None:
