@@ -725,6 +725,9 @@ class _Builder:
         self.gpu_hosts: set[str] = set()
         self.src.finish = self._gpu_desc
         self._explainer: _Explainer | None = None
+        # the hosts' fingerprints read every message of their sources once (then kept): begun now, on a thread of
+        # their own, while the events are prepared and correlated in Python
+        profile.env_hits_ahead(store, sorted({s for ids in self.prep.host_sources.values() for s in ids}))
         self.local_matching = LOCAL_MATCHING
 
     # -- the GPU named by the logs makes architecture statements name it
@@ -988,8 +991,11 @@ def build_incidents(store, gap_minutes: float = DEFAULT_GAP_MINUTES, *,  # noqa:
                     correlations: Sequence[Correlation] | None = None,
                     knowledge: Knowledge | None = None) -> list[Incident]:
     """Every incident of the store, sorted by start, then id."""
-    b = _Builder(store, gap_minutes, correlations, knowledge)
-    return b.build(b.skeletons())
+    try:
+        b = _Builder(store, gap_minutes, correlations, knowledge)
+        return b.build(b.skeletons())
+    finally:
+        profile.cancel_ahead()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -1031,6 +1037,14 @@ def find_incidents(store, specs: Sequence[str], gap_minutes: float = DEFAULT_GAP
     only for them (`full=False`: skeletons with id, start, end, hosts, headline and root_cause). When the
     correlations keep each host's incidents to its events, only the hosts a spec can name are looked at;
     ids are those `build_incidents` gives. Raises IncidentNotFound, naming what exists."""
+    try:
+        return _find(store, specs, gap_minutes, full, correlations, knowledge)
+    finally:
+        profile.cancel_ahead()  # the environment hits of sources no incident asked for
+
+
+def _find(store, specs: Sequence[str], gap_minutes: float, full: bool,  # noqa: ANN001
+          correlations: Sequence[Correlation] | None, knowledge: Knowledge | None) -> list:
     b = _Builder(store, gap_minutes, correlations, knowledge, specs, full)
     day = day_of(specs) if dayscope.ENABLED else None
 

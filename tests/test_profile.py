@@ -60,11 +60,55 @@ def test_ingest_keeps_spans_and_ranks_and_the_first_query_the_environment_hits(t
     ingest(store, SAMPLES, IngestOptions())
     assert any((store.path / "profiles" / "files").glob("*.json"))
     # the dmesg anchored too (`files/`: what ingest learnt of the files it read, for the reports' quotes)
-    kept = sorted(p.name.split(".")[-2] for p in (store.path / "profiles").iterdir() if p.is_file())
+    kept = sorted(p.name.split(".")[-2] for p in (store.path / "profiles").glob("*.parquet"))
     n = len(store.sources())
     assert kept == ["groups"] * n + ["ranks"] * n  # no message was read at ingest
+    assert len(list((store.path / "profiles").glob("rules~*.json"))) == 1  # the packs' texts, from ingest's rules
     profile.of_source(store, store.sources()[0].source_id)
     assert len(list((store.path / "profiles").glob("*.env_hits.parquet"))) == 1
+
+
+def test_environment_hits_computed_ahead_are_taken_not_computed_again(samples_store: Store, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = Store(tmp_path / "c")
+    shutil.copytree(samples_store.path, copy.path)
+    for p in (copy.path / "profiles").glob("*.env_hits.parquet"):
+        p.unlink()
+    sids = [e.source_id for e in copy.sources()]
+    assert profile.env_hits_ahead(copy, sids) == len(sids)
+    assert profile.env_hits_ahead(copy, sids) == 0      # begun already: not twice
+    profile._AHEAD.submit(lambda: None).result()        # the thread has done them all
+    assert len(list((copy.path / "profiles").glob("*.env_hits.parquet"))) == len(sids)
+
+    def boom(*_a: object) -> None:
+        raise AssertionError("computed again")
+
+    monkeypatch.setattr(profile, "env_hits", boom)
+    for sid in sids:
+        assert profile.of_source(copy, sid).env_hits.equals(profile.of_source(samples_store, sid).env_hits)
+    assert not profile._PENDING
+    assert profile.env_hits_ahead(copy, sids) == 0      # kept: nothing to do
+
+
+def test_environment_hits_not_begun_are_dropped_when_the_query_ends(samples_store: Store, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    copy = Store(tmp_path / "c")
+    shutil.copytree(samples_store.path, copy.path)
+    for p in (copy.path / "profiles").glob("*.env_hits.parquet"):
+        p.unlink()
+    gate = threading.Event()
+    busy = profile._AHEAD.submit(gate.wait)             # the thread is busy: what is started now waits
+    sids = [e.source_id for e in copy.sources()]
+    assert profile.env_hits_ahead(copy, sids) == len(sids)
+    profile.cancel_ahead()
+    assert not profile._PENDING
+    gate.set()
+    busy.result()
+    assert not list((copy.path / "profiles").glob("*.env_hits.parquet"))   # none was computed
+    got = profile.of_source(copy, sids[0])                                # computed by the asker itself
+    assert got.env_hits.equals(profile.of_source(samples_store, sids[0]).env_hits)
 
 
 def test_a_cached_profile_is_read_not_computed_again(samples_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,7 +136,7 @@ def test_a_rewritten_records_file_gets_a_new_profile(tmp_path: Path) -> None:
     after = profile.of_source(store, sid)
     assert after.groups["first"].dt.year().to_list() == [2024]
     assert after.env_hits["ts"].dt.year().to_list() == [2024]
-    names = {p.name.split("~")[0] for p in (store.path / "profiles").iterdir() if p.is_file()}
+    names = {p.name.split("~")[0] for p in (store.path / "profiles").glob("*.parquet")}
     assert names == {store.records_file(sid).name.removesuffix(".parquet")}  # the first generation's are gone
 
 
