@@ -685,6 +685,32 @@ def test_streamed_matching_flushes_in_bounded_slices(rules: RuleSet) -> None:
     assert sizes == [0, 100, 0, 100, 0, 100, 0, 100, 0]
 
 
+def test_more_rules_on_the_same_literals_flush_sooner(tmp_path: Path) -> None:
+    """A flush comes after `flush_rows` (rule, context) keys' worth of candidates: with every built-in rule
+    copied under another id, a candidate leads to twice the rules, and a flush holds half the candidates (its
+    events, twice as many each, stay as many as before); the events are those of matching at once."""
+    import yaml
+
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for pack in sorted((Path(__file__).resolve().parent.parent / "rules").glob("*.yaml")):
+        data = yaml.safe_load(pack.read_text())
+        data["pack"] = f"{data['pack']}-copy"
+        for r in data.get("rules", []):
+            r["id"] = f"{r['id']}.copy"
+        (copy / pack.name).write_text(yaml.safe_dump(data, sort_keys=False))
+    rows = [{"ident": "systemd", "message": f"x{i}.service: Main process exited, code=killed, status=9/KILL",
+             "line": i, "line_end": i} for i in range(1, 401)]
+    sizes = {}
+    for k, rs in ((1, load_rules()), (2, load_rules([copy]))):
+        m = Matcher(rs, flush_rows=100)
+        out = [m.add(records(rows[i:i + 25])) for i in range(0, 400, 25)] + [m.finish()]
+        sizes[k] = [f.height for f in out]
+        assert pl.concat(out).equals(match_records(records(rows), rs))
+    assert sizes[1] == [0, 0, 0, 100] * 4 + [0]
+    assert sizes[2] == [0, 100] * 8 + [0]      # 50 candidates, 2 events each
+
+
 def test_streamed_events_carry_the_columns_of_their_records(rules: RuleSet) -> None:
     """`carry`: each event of a flush has those columns of its own record (the OOM report's first record, a
     multi-line one, and not the records its context patterns read), after the columns of EVENT_SCHEMA,
