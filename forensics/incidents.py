@@ -725,9 +725,10 @@ class _Builder:
         self.gpu_hosts: set[str] = set()
         self.src.finish = self._gpu_desc
         self._explainer: _Explainer | None = None
-        # the hosts' fingerprints read every message of their sources once (then kept): begun now, on a thread of
-        # their own, while the events are prepared and correlated in Python
-        profile.env_hits_ahead(store, sorted({s for ids in self.prep.host_sources.values() for s in ids}))
+        # a full build's hosts' fingerprints read every message of their sources once (then kept): begun now, on a
+        # thread of their own, while the events are prepared and correlated in Python
+        if full:
+            profile.env_hits_ahead(store, sorted({s for ids in self.prep.host_sources.values() for s in ids}))
         self.local_matching = LOCAL_MATCHING
 
     # -- the GPU named by the logs makes architecture statements name it
