@@ -91,6 +91,14 @@ def rules():  # noqa: ANN201
 
 
 def expected_lines(data: bytes) -> int:
+    """The lines of a file holding `data`, as ingest numbers them: UTF-16 text (sources.sniff_encoding: a byte
+    order mark, or NULs beside nearly every byte) by its decoded line feeds (`0a 0a` in UTF-16LE is U+0A0A, no line
+    end), anything else by its `\n` bytes."""
+    from forensics.sources import SNIFF, sniff_encoding
+
+    enc = sniff_encoding(data[:SNIFF])
+    if enc:  # a byte order mark alone is a line, as in UTF-8
+        data = data.decode(enc, "replace").encode("utf-8", "replace")
     return 0 if not data else data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
 
 

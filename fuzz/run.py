@@ -31,6 +31,7 @@ SMALL_SEEDS = [
     b'{"__REALTIME_TIMESTAMP":"1748204239000000","MESSAGE":"x"}\n{"__REALTIME_TIMESTAMP":"17482',
     gzip.compress(b"2025-05-25T20:17:19+00:00 h a[1]: zipped\n" * 40, mtime=0),
     gzip.compress(b"2025-05-25T20:17:19+00:00 h a[1]: zipped\n" * 400, mtime=0)[:200],
+    b"\xff\xfe\xfe\x00\x00\x00\x00\x00\x00\xff\xfe\x00\x00\x00\n\n",  # UTF-16LE: `0a 0a` is U+0A0A
 ]
 
 

@@ -90,6 +90,17 @@ def test_rule_engine_vectorised_and_general_paths_agree(data: bytes) -> None:
     common.tolerate_known(common.check_rules)(data)
 
 
+@pytest.mark.parametrize("data", [
+    b"\xff\xfe", "a\nb\n".encode("utf-16-le"), b"\xff\xfea\x00\n\x00b\x00", b"\xfe\xff\x00a\x00\n\x00b",
+    "\ufeffMay 25 20:17:19 h systemd[1]: x.service: Main process exited, code=killed, status=9/KILL\r\n".encode("utf-16-le"),
+    # found by fuzz_ingest: after its byte order mark, `0a 0a` is U+0A0A, not two line ends
+    b"\xff\xfe\xfe\x00\x00\x00\x00\x00\x00\xff\xfe\x00\x00\x00\n\n",
+])
+def test_utf16_input_has_the_lines_of_its_text(data: bytes) -> None:
+    """The harness's oracle counts a UTF-16 file's lines in its decoded text, as ingest reads it."""
+    common.check_ingest(data)
+
+
 @pytest.mark.parametrize("cut", [2, 3])
 def test_batch_cut_after_a_backslash_line(cut: int) -> None:
     lines = ["May 25 20:17:19 h systemd[1]: x.service: Main process exited, code=killed, status=9/KILL",
