@@ -228,10 +228,11 @@ def _hits_ahead(path: Path) -> pl.DataFrame | None:
 
 def cancel_ahead() -> None:
     """Drop the computations started ahead that have not begun (the query that wanted them is over: the process
-    would otherwise wait for them at exit). One begun runs to its end, and is still taken by `of_source`."""
+    would otherwise wait for them at exit), and the results no one took (kept on disk). One running goes on to
+    its end, and is still taken by `of_source`."""
     with _PENDING_LOCK:
         for path, fut in list(_PENDING.items()):
-            if fut.cancel():
+            if fut.cancel() or fut.done():
                 del _PENDING[path]
 
 
