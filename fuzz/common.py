@@ -91,15 +91,18 @@ def rules():  # noqa: ANN201
 
 
 def expected_lines(data: bytes) -> int:
+    """The lines of `data` split at its `\n` bytes."""
+    return 0 if not data else data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+
+
+def ingested_lines(data: bytes) -> int:
     """The lines of a file holding `data`, as ingest numbers them: UTF-16 text (sources.sniff_encoding: a byte
     order mark, or NULs beside nearly every byte) by its decoded line feeds (`0a 0a` in UTF-16LE is U+0A0A, no line
-    end), anything else by its `\n` bytes."""
+    end; a byte order mark alone is a line, as in UTF-8), anything else by its `\n` bytes."""
     from forensics.sources import SNIFF, sniff_encoding
 
     enc = sniff_encoding(data[:SNIFF])
-    if enc:  # a byte order mark alone is a line, as in UTF-8
-        data = data.decode(enc, "replace").encode("utf-8", "replace")
-    return 0 if not data else data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    return expected_lines(data.decode(enc, "replace").encode("utf-8", "replace") if enc else data)
 
 
 def covers(recs: pl.DataFrame, n: int, what: str) -> None:
@@ -172,7 +175,7 @@ def check_ingest(data: bytes, fmt: str | None = None) -> None:
         raise Finding(f"not-ingested: status {res.status!r}")
     if e.size != len(data):
         raise Finding(f"size: entry says {e.size} bytes, the input has {len(data)}")
-    n = e.lines if compressed else expected_lines(data)
+    n = e.lines if compressed else ingested_lines(data)
     if e.lines != n:
         raise Finding(f"line-count: entry says {e.lines} lines, the input has {n}")
     recs = store.records().collect()
