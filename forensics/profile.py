@@ -189,8 +189,9 @@ _PENDING_LOCK = threading.Lock()
 def env_hits_ahead(store, sids: Iterable[str]) -> int:  # noqa: ANN001 - store.Store
     """Start computing (and keeping) the environment hits of these sources that are not kept yet, one source at a
     time on a thread of its own, for a query that reads them after other work: polars scans the messages while
-    the query's Python runs (the first report after an ingest of 10 M records: 0.5-0.9 s sooner). `of_source`
-    takes a result computed ahead instead of computing it again. Returns how many were started."""
+    the query's Python runs (a 37-incident day's report on a store of 10.7 M records whose hits are not kept:
+    4.73-4.74 s against 4.92-5.08 s; both cores are busy then, so the Python work is slowed by what is saved).
+    `of_source` takes a result computed ahead instead of computing it again. Returns how many were started."""
     started = 0
     for sid in sids:
         try:
