@@ -68,12 +68,18 @@ def test_ingest_keeps_spans_and_ranks_and_the_first_query_the_environment_hits(t
     assert len(list((store.path / "profiles").glob("*.env_hits.parquet"))) == 1
 
 
-def test_environment_hits_computed_ahead_are_taken_not_computed_again(samples_store: Store, tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def _without_hits(store: Store, tmp_path: Path) -> Store:
+    """A copy of the store whose environment hits are not kept."""
     copy = Store(tmp_path / "c")
-    shutil.copytree(samples_store.path, copy.path)
+    shutil.copytree(store.path, copy.path)
     for p in (copy.path / "profiles").glob("*.env_hits.parquet"):
         p.unlink()
+    return copy
+
+
+def test_environment_hits_computed_ahead_are_taken_not_computed_again(samples_store: Store, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = _without_hits(samples_store, tmp_path)
     sids = [e.source_id for e in copy.sources()]
     assert profile.env_hits_ahead(copy, sids) == len(sids)
     assert profile.env_hits_ahead(copy, sids) == 0      # begun already: not twice
@@ -94,14 +100,10 @@ def _hit_files(store: Store) -> list[Path]:
     return [profile._names(store.records_file(e.source_id), store.cache_dir)[2] for e in store.sources()]
 
 
-def test_environment_hits_not_begun_are_dropped_when_the_query_ends(samples_store: Store, tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_hits_not_begun_are_dropped_when_the_query_ends(samples_store: Store, tmp_path: Path) -> None:
     import threading
 
-    copy = Store(tmp_path / "c")
-    shutil.copytree(samples_store.path, copy.path)
-    for p in (copy.path / "profiles").glob("*.env_hits.parquet"):
-        p.unlink()
+    copy = _without_hits(samples_store, tmp_path)
     gate = threading.Event()
     busy = profile._AHEAD.submit(gate.wait)             # the thread is busy: what is started now waits
     sids = [e.source_id for e in copy.sources()]
