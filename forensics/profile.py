@@ -259,6 +259,5 @@ def of_source(store, sid: str, env: bool = True) -> Profile | None:  # noqa: ANN
         if hits is None:
             hits = _read(hp)
         if hits is None:
-            hits = env_hits(records_file)
-            _keep(hits, hp)
+            hits = _hits_kept(records_file, hp)
     return Profile(groups=groups, ranks=ranks, env_hits=hits)

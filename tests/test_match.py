@@ -689,20 +689,17 @@ def test_more_rules_on_the_same_literals_flush_sooner(tmp_path: Path) -> None:
     """A flush comes after `flush_rows` (rule, context) keys' worth of candidates: with every built-in rule
     copied under another id, a candidate leads to twice the rules, and a flush holds half the candidates (its
     events, twice as many each, stay as many as before); the events are those of matching at once."""
-    import yaml
+    import importlib.util
 
-    copy = tmp_path / "copy"
-    copy.mkdir()
-    for pack in sorted((Path(__file__).resolve().parent.parent / "rules").glob("*.yaml")):
-        data = yaml.safe_load(pack.read_text())
-        data["pack"] = f"{data['pack']}-copy"
-        for r in data.get("rules", []):
-            r["id"] = f"{r['id']}.copy"
-        (copy / pack.name).write_text(yaml.safe_dump(data, sort_keys=False))
+    run = Path(__file__).resolve().parent.parent / "bench" / "run.py"
+    spec = importlib.util.spec_from_file_location("bench_run", run)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    (copy,) = bench.scaled_rules(2, tmp_path)   # the packs copied under other ids, as `make bench` scales them
     rows = [{"ident": "systemd", "message": f"x{i}.service: Main process exited, code=killed, status=9/KILL",
              "line": i, "line_end": i} for i in range(1, 401)]
     sizes = {}
-    for k, rs in ((1, load_rules()), (2, load_rules([copy]))):
+    for k, rs in ((1, load_rules()), (2, load_rules([Path(copy)]))):
         m = Matcher(rs, flush_rows=100)
         out = [m.add(records(rows[i:i + 25])) for i in range(0, 400, 25)] + [m.finish()]
         sizes[k] = [f.height for f in out]
