@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat
+import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -81,3 +83,23 @@ def _mtime(p: Path) -> float:
         return p.stat().st_mtime
     except OSError:
         return 0.0
+
+
+PRIVATE_ENV = "FORENSICS_CACHE_DIR"   # where `private_dir` is, instead of the system's temporary directory
+
+
+def private_dir() -> Path | None:
+    """A directory of this user's own for caches that are read back as code or objects (a rule set, pickled): in
+    the system's temporary directory (or `$FORENSICS_CACHE_DIR`), made with mode 0700 and used only while it is
+    a directory owned by this user that nobody else may write or read, as Jinja checks of its bytecode cache's.
+    None when there is no such directory: the caller computes what it would have read."""
+    base = os.environ.get(PRIVATE_ENV) or os.path.join(tempfile.gettempdir(), f"forensics-{os.getuid()}")
+    path = Path(base)
+    try:
+        path.mkdir(mode=0o700, parents=False, exist_ok=True)
+        st = path.lstat()
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return path

@@ -50,7 +50,7 @@ def json_option(f: Callable) -> Callable:
 
 def _load(rules_dirs: Sequence[str]) -> RuleSet:
     try:
-        return load_rules([Path(d) for d in rules_dirs])
+        return load_rules([Path(d) for d in rules_dirs], keep=True)
     except RulePackError as e:
         for p, n, m in e.errors:
             click.echo(f"{p}:{n}: {m}", err=True)

@@ -321,7 +321,7 @@ def _load_rules(opts: IngestOptions):  # -> RuleSet | None
         return None
     from pathlib import Path
 
-    return load_rules([Path(d) for d in opts.rules_dirs])
+    return load_rules([Path(d) for d in opts.rules_dirs], keep=True)
 
 
 class _Sink:

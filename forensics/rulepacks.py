@@ -54,8 +54,10 @@ import difflib
 import hashlib
 import json
 import os
+import pickle
 import re
 import string
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -67,7 +69,7 @@ import regex
 import yaml
 
 from .asides import drop_asides, drop_tail
-from .cachefiles import code_digest, generation, prune, write_atomic
+from .cachefiles import code_digest, generation, private_dir, prune, write_atomic
 from .literals import MIN_LITERAL, derive_literals
 from .sizes import SIZE_SPECS, format_value
 
@@ -1033,19 +1035,61 @@ def env_dirs(env: Mapping[str, str] | None = None) -> list[Path]:
 
 
 def load_rules(extra_dirs: Sequence[Path | str] = (), *, builtin: bool = True,
-               env: Mapping[str, str] | None = None) -> RuleSet:
+               env: Mapping[str, str] | None = None, keep: bool = False) -> RuleSet:
     """The built-in packs, then the `FORENSICS_RULES` directories, then `extra_dirs` (e.g. `--rules`), each a
-    layer whose rules replace earlier ones of the same id. Raises RulePackError listing every problem."""
+    layer whose rules replace earlier ones of the same id. Raises RulePackError listing every problem. With
+    `keep`, the rule set loaded (checked, every pattern compiled) is kept between runs, and read back while the
+    same files are unchanged (`_kept_set`): loading takes 0.3 s of an ingest, reading it back 20 ms."""
     layers, errors, key = _layers(extra_dirs, builtin, env)
     if not errors and key in _LOADED:
         return _LOADED[key]
-    rules = _load_layers(layers, errors)
+    path = _set_path(key) if keep and not errors else None
+    rules = _kept_set(path) if path is not None else None
+    if rules is None:
+        rules = _load_layers(layers, errors)
+        if path is not None:
+            _keep_set(rules, path)
     _LOADED.clear()  # one rule set kept: the last one asked for
     _LOADED[key] = rules
     return rules
 
 
 _LOADED: dict[tuple, RuleSet] = {}
+SETS_KEPT = 8   # the newest rule sets kept in the private cache directory (one per set of packs used lately)
+# what reading and checking the packs depends on besides their files: this module and those it reads them with
+_SET_CODE = code_digest(__file__, *(str(Path(__file__).with_name(m)) for m in ("literals.py", "asides.py", "sizes.py")))
+
+
+def _set_path(key: tuple) -> Path | None:
+    """Where the rule set of these pack files (`key`: their paths and digests) is kept, in the private cache
+    directory (None: there is none). Named also after the code that reads them, the versions of what checks the
+    patterns and of Python (pickles), and the working directory (rules locate themselves relative to it)."""
+    d = private_dir()
+    if d is None:
+        return None
+    import polars as pl
+
+    what = [_SET_CODE, key, os.getcwd(), pl.__version__, regex.__version__, yaml.__version__, sys.version]
+    return d / f"ruleset~{hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()[:32]}.pickle"
+
+
+def _kept_set(path: Path) -> RuleSet | None:
+    """The rule set kept at `path` (written by `_keep_set` in a directory only this user may write), or None."""
+    try:
+        with path.open("rb") as f:
+            rules = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
+        return None  # not kept yet, being replaced, or written by another version
+    return rules if isinstance(rules, RuleSet) else None
+
+
+def _keep_set(rules: RuleSet, path: Path) -> None:
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as f:
+            pickle.dump(rules, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    if write_atomic([(path, write)]):
+        prune(path.parent, "ruleset", generation(path), SETS_KEPT)
 
 
 def _layers(extra_dirs: Sequence[Path | str], builtin: bool, env: Mapping[str, str] | None

@@ -22,9 +22,11 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 
 @pytest.fixture(autouse=True)
 def _isolated_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """User state points at a temp dir: no test touches ./.forensics or user rule packs."""
+    """User state points at a temp dir: no test touches ./.forensics, user rule packs or the user's private cache
+    directory (where rule sets are kept between runs)."""
     monkeypatch.setenv("FORENSICS_STORE", str(tmp_path / "store"))
     monkeypatch.delenv("FORENSICS_RULES", raising=False)
+    monkeypatch.setenv("FORENSICS_CACHE_DIR", str(tmp_path / "private"))
 
 
 def check_golden(path: Path, actual: str, update: bool) -> None:

@@ -297,6 +297,80 @@ def test_loaded_rules_keep_their_texts_for_the_first_report(tmp_path: Path, monk
     assert rule_texts(tmp_path / "elsewhere") == kept
 
 
+def test_a_kept_rule_set_is_read_back_while_its_packs_are_unchanged(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_rules(keep=True) keeps the checked rule set in the private cache directory; another process (here: the
+    in-process set forgotten) reads it back instead of the packs, until a pack changes. A broken file is read
+    from the packs again and replaced; only the newest few sets are kept."""
+    from forensics import rulepacks
+    from forensics.rulepacks import SETS_KEPT
+
+    private = tmp_path / "private"
+    monkeypatch.setenv("FORENSICS_CACHE_DIR", str(private))
+    write_pack(tmp_path / "user", "mine.yaml", GOOD_RULE)
+    first = load_rules([tmp_path / "user"], keep=True)
+    kept = list(private.glob("ruleset~*.pickle"))
+    assert len(kept) == 1 and (private.stat().st_mode & 0o777) == 0o700
+    rulepacks._LOADED.clear()
+    real = rulepacks._load_layers
+    monkeypatch.setattr(rulepacks, "_load_layers", lambda *a: pytest.fail("read the packs again"))
+    again = load_rules([tmp_path / "user"], keep=True)
+    assert again == first and again is not first and again.get("t.killed").title == "{unit} killed by {signal}"
+    # a changed pack: read, checked and kept anew
+    monkeypatch.setattr(rulepacks, "_load_layers", real)
+    rulepacks._LOADED.clear()
+    (tmp_path / "user" / "mine.yaml").write_text((tmp_path / "user" / "mine.yaml").read_text().replace(
+        "killed by {signal}", "killed by signal {signal}"))
+    changed = load_rules([tmp_path / "user"], keep=True)
+    assert changed.get("t.killed").title == "{unit} killed by signal {signal}"
+    assert len(list(private.glob("ruleset~*.pickle"))) == 2
+    # a broken file: the packs again, and the file replaced
+    rulepacks._LOADED.clear()
+    for p in private.glob("ruleset~*.pickle"):
+        p.write_bytes(b"not a pickle")
+    assert load_rules([tmp_path / "user"], keep=True) == changed
+    rulepacks._LOADED.clear()
+    monkeypatch.setattr(rulepacks, "_load_layers", lambda *a: pytest.fail("read the packs again"))
+    assert load_rules([tmp_path / "user"], keep=True) == changed
+    monkeypatch.setattr(rulepacks, "_load_layers", real)
+    # only the newest few sets are kept
+    for i in range(SETS_KEPT + 2):
+        (private / f"ruleset~{i:032x}.pickle").write_bytes(b"x")
+    rulepacks._LOADED.clear()
+    load_rules([tmp_path / "user"], keep=True, builtin=False)
+    assert len(list(private.glob("ruleset~*.pickle"))) == SETS_KEPT
+
+
+def test_a_rule_set_is_kept_only_in_a_directory_of_the_users_own(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache directory others may write (a pickle from it could run their code) is not used; packs with errors,
+    or a load without `keep`, keep nothing."""
+    from forensics import rulepacks
+    from forensics.cachefiles import private_dir
+
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    monkeypatch.setenv("FORENSICS_CACHE_DIR", str(shared))
+    assert private_dir() is None
+    write_pack(tmp_path / "user", "mine.yaml", GOOD_RULE)
+    assert load_rules([tmp_path / "user"], keep=True).get("t.killed") is not None
+    assert not list(shared.iterdir())
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "user")
+    monkeypatch.setenv("FORENSICS_CACHE_DIR", str(link))
+    assert private_dir() is None
+    private = tmp_path / "private"
+    monkeypatch.setenv("FORENSICS_CACHE_DIR", str(private))
+    rulepacks._LOADED.clear()
+    load_rules([tmp_path / "user"])
+    assert not private.exists() or not list(private.iterdir())
+    write_pack(tmp_path / "bad", "bad.yaml", GOOD_RULE.replace("kind: service_killed", "kind: no_such_kind"))
+    with pytest.raises(RulePackError):
+        load_rules([tmp_path / "bad"], keep=True)
+    assert not private.exists() or not list(private.glob("ruleset~*"))
+
+
 def test_duplicate_ids_inside_one_layer(tmp_path: Path) -> None:
     write_pack(tmp_path / "u", "a.yaml", GOOD_RULE)
     write_pack(tmp_path / "u", "b.yaml", GOOD_RULE)
