@@ -55,7 +55,11 @@ def detect(lines: pl.Series, path: str = "", forced: str | None = None) -> Detec
         return Detection((TEXT.name,), TEXT.name, 0.0, ((TEXT.name, 0.0),))
     prefer_syslog = bool(SYSLOG_NAMES.match(os.path.basename(path)))
     candidates = [f for f in FORMATS.values() if not isinstance(f, StructuredFormat) and f is not TEXT]
-    hits = {f.name: nonblank.str.contains(f.pattern) for f in candidates}
+    # every format's pattern in one query: a call per pattern cost 0.2-0.8 ms each (the patterns, more than polars
+    # keeps compiled, compiled again), a sample's detection 22 ms of a small source's 130 against 3 ms now
+    found = pl.DataFrame({"l": nonblank}).select(pl.col("l").str.contains(f.pattern).alias(f.name)
+                                                 for f in candidates)
+    hits = {f.name: found.get_column(f.name) for f in candidates}
     explained = pl.Series([False] * n)
     chosen: list[LineFormat] = []
     shares: list[tuple[str, float]] = []

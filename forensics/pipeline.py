@@ -138,18 +138,28 @@ def _plan(inputs: list[str], opts: IngestOptions, report: IngestReport) -> list[
     year-less sources of the same host); what cannot be opened or is not text goes to `report`."""
     sources, errors = expand(inputs)
     report.errors.extend(errors)
-    planned: list[tuple[Source, Detection]] = []
-    for src in sources:
+
+    def plan_one(src: Source) -> tuple[Source, Detection] | SourceResult:
         try:
             kind = binary_kind(head_bytes(src, 64 << 10))
             if kind and not opts.fmt:
                 fix = ARCHIVE_FIX.get(kind, "If it really is a log, force a format with --format").format(
                     file=shlex.quote(src.display))
                 raise SourceError(f"{src.display}: not a text log ({kind}); nothing ingested from it. {fix}")
-            sample = _sample_lines(src)
-            planned.append((src, detect(sample, src.display, forced=opts.fmt)))
+            return src, detect(_sample_lines(src), src.display, forced=opts.fmt)
         except SourceError as e:
-            report.results.append(SourceResult(src.display, "failed", error=str(e)))
+            return SourceResult(src.display, "failed", error=str(e))
+
+    # the sources' detections on the workers (mostly polars, which lets go of the interpreter): many small files
+    # spent half their ingest here, one after the other
+    with ThreadPoolExecutor(max(1, min(WORKERS, len(sources))), thread_name_prefix="plan") as pool:
+        outcomes = list(pool.map(plan_one, sources))
+    planned: list[tuple[Source, Detection]] = []
+    for out in outcomes:
+        if isinstance(out, SourceResult):
+            report.results.append(out)
+        else:
+            planned.append(out)
     planned.sort(key=lambda p: (_needs_year(p[1]), sources.index(p[0])))
     return planned
 
