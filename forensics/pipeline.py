@@ -93,6 +93,7 @@ BATCH_BYTES = 4 << 20  # bytes of input per batch: bounds memory (records, match
 HEAVY = WorkSlots(WORKERS)
 FLUSH_WEIGHT = 1
 LAND_WEIGHT = PROFILE_WEIGHT = WORKERS
+SMALL_PROFILE_RECORDS = 100_000   # a source of at most these many records has its profile computed beside another's
 
 
 def ingest(store: Store, inputs: list[str], opts: IngestOptions,
@@ -121,10 +122,16 @@ def ingest(store: Store, inputs: list[str], opts: IngestOptions,
     report.results.extend(results[id(p)] for p in (*first, *later))
     report.results.extend(one(p) for p in again)
     report.anchors = anchor_kernel_clocks(store, opts, rules)
-    for r in report.results:  # once nothing streams: a big journal's profile is the largest single phase
-        if r.entry is not None and r.status != "unchanged":
-            with HEAVY.hold(PROFILE_WEIGHT):
-                warm_profile(store, r.entry.source_id)
+    # once nothing streams: a big journal's profile is the largest single phase, and takes every slot; small
+    # sources' profiles take one each, two at a time (one after the other, 40 small files spent 0.6 s here)
+    landed = [r.entry for r in report.results if r.entry is not None and r.status != "unchanged"]
+
+    def profile_one(e: SourceEntry) -> None:
+        with HEAVY.hold(PROFILE_WEIGHT if e.records > SMALL_PROFILE_RECORDS else 1):
+            warm_profile(store, e.source_id)
+
+    with ThreadPoolExecutor(max(1, min(WORKERS, len(landed))), thread_name_prefix="profile") as pool:
+        list(pool.map(profile_one, landed))
     if rules is not None:  # the texts a report reads of the packs, from the rule set loaded to match
         from .rulepacks import keep_loaded_texts
 

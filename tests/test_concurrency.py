@@ -23,6 +23,7 @@ from test_hostile import cli, journal_lines
 import forensics.pipeline as pipeline
 from forensics.pipeline import IngestOptions, ingest, rescan
 from forensics.rulepacks import RulePackError
+from forensics.slots import WorkSlots
 from forensics.store import Store
 from forensics.storecheck import check
 
@@ -214,9 +215,11 @@ def test_rescan_does_not_undo_a_concurrent_anchoring(tmp_path: Path, monkeypatch
     assert events["ts"].drop_nulls().len() == events.height, "events of anchored records without times"
 
 
-def test_end_phases_of_sources_never_overlap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("small", [False, True])
+def test_end_phases_of_sources_never_overlap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small: bool) -> None:
     """Sources stream on two workers, but one at a time writes its store files or profiles itself (the end
-    phases read or write a whole source: two at once doubled the peak memory of a 4 GiB ingest)."""
+    phases read or write a whole source: two at once doubled the peak memory of a 4 GiB ingest). Only the
+    profiles of small sources (at most SMALL_PROFILE_RECORDS records) are computed two at a time."""
     files = []
     for k in range(4):
         p = tmp_path / f"s{k}.log"
@@ -239,8 +242,26 @@ def test_end_phases_of_sources_never_overlap(tmp_path: Path, monkeypatch: pytest
         return run
 
     monkeypatch.setattr(pipeline, "WORKERS", 2)
+    monkeypatch.setattr(pipeline, "HEAVY", WorkSlots(2))
+    monkeypatch.setattr(pipeline, "LAND_WEIGHT", 2)
+    monkeypatch.setattr(pipeline, "PROFILE_WEIGHT", 2)
+    monkeypatch.setattr(pipeline, "SMALL_PROFILE_RECORDS", 10_000 if small else 0)
     monkeypatch.setattr(pipeline, "sink_parquet", counted(pipeline.sink_parquet))
-    monkeypatch.setattr(pipeline, "warm_profile", counted(pipeline.warm_profile))
+    profiling, most_profiles = [0], [0]
+
+    def profiled(store, sid):  # noqa: ANN001
+        with lock:
+            profiling[0] += 1
+            most_profiles[0] = max(most_profiles[0], profiling[0])
+        try:
+            time.sleep(0.05)
+            return real_profile(store, sid)
+        finally:
+            with lock:
+                profiling[0] -= 1
+
+    real_profile = pipeline.warm_profile
+    monkeypatch.setattr(pipeline, "warm_profile", counted(profiled) if not small else profiled)
     streams = []
     real_read = pipeline.read_batches
 
@@ -253,6 +274,7 @@ def test_end_phases_of_sources_never_overlap(tmp_path: Path, monkeypatch: pytest
     report = ingest(store, files, IngestOptions())
     assert [r.status for r in report.results] == ["ingested"] * 4
     assert most[0] == 1
+    assert most_profiles[0] == (2 if small else 1)
     assert len(set(streams)) == 2
     assert sum(e.records for e in store.sources()) == sum(2000 + 300 * k for k in range(4))
 
@@ -288,6 +310,7 @@ def _weighted_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slots: int) -
 
     monkeypatch.setattr(pipeline, "WORKERS", 2)
     monkeypatch.setattr(pipeline, "HEAVY", WorkSlots(slots))
+    monkeypatch.setattr(pipeline, "SMALL_PROFILE_RECORDS", 0)  # every profile takes both slots, as a big one does
     monkeypatch.setattr(pipeline, "BATCH_BYTES", 16 << 10)
     monkeypatch.setattr(pipeline, "_matcher", lambda rules, budget=None: None if rules is None else
                         match.Matcher(rules, flush_rows=40, budget=budget))
