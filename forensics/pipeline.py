@@ -345,12 +345,10 @@ class _Sink:
     """The back of a source's stream: count unparsed lines, match (events spilled to disk as they come) and stage
     each batch of records as an Arrow part for the final fix."""
 
-    def __init__(self, staging: Path, det: Detection, matcher,  # matcher: match.Matcher | None
-                 constants: Mapping[str, str] | None = None) -> None:
+    def __init__(self, staging: Path, det: Detection, matcher) -> None:  # matcher: match.Matcher | None
         self.staging, self.det, self.matcher = staging, det, matcher
-        self.constants = dict(constants or {})   # column -> the value every record of the source has in it
         self.schema: pl.Schema | None = None     # the records' columns, as parsed (the parts may lack some)
-        self.dropped: list[tuple[str, ...]] = []  # the constants each part was staged without
+        self.constants: list[dict[str, object]] = []  # the columns each part was staged without, and their value
         self.parts: list[Path] = []
         self.events: list[Path] = []
         self.unparsed = 0
@@ -364,10 +362,10 @@ class _Sink:
                 self.schema = recs.schema
             # staging only: uncompressed, the fastest to write and re-read; without the columns the landing
             # knows anyway (see `slim`)
-            staged, dropped = slim(recs, self.constants)
+            staged, constants = slim(recs)
             staged.write_ipc(part, compression="uncompressed")
             self.parts.append(part)
-            self.dropped.append(dropped)
+            self.constants.append(constants)
         if due:
             self._flush(final=False)
 
@@ -387,28 +385,37 @@ class _Sink:
             self.events.append(part)
 
 
-def slim(recs: pl.DataFrame, constants: Mapping[str, str]) -> tuple[pl.DataFrame, tuple[str, ...]]:
-    """A batch's records as staged, and the constants left out of them: the columns null in every record, and
-    those holding the source's own constant (its path, its temporary id) in every record, are not written. Arrow
-    writes 16 bytes a row for a string column even where it is null; a journal's batches have five such columns
-    besides the two constants, a quarter of the 2.6 bytes staged for each byte read (written, then read back)."""
+# string columns that often hold one value in every record of a batch (the other string columns never do: testing
+# them would cost more than it saves)
+_OFTEN_CONSTANT = ("path", "source_id", "format", "ts_source", "host", "ident", "unit", "level", "boot_id", "ts_anchor")
+
+
+def slim(recs: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, object]]:
+    """A batch's records as staged, and the columns left out of them with their one value: a column null in every
+    record, or (of `_OFTEN_CONSTANT`) holding one value in every record (a source's path and temporary id; its
+    format, time source and host most of the time). Arrow writes 16 bytes a row for a string column even where
+    it is null; a journal batch had seven such columns, a third of the 2.6 bytes staged for each byte read."""
+    if recs.height == 0 or "line" not in recs.columns:  # nothing to save; and a part of only constants would read
+        return recs, {}                                   # back as one row (the `line` of every record is kept)
     nulls = dict(zip(recs.columns, recs.null_count().row(0)))
-    same = tuple(c for c, v in constants.items() if c in recs.columns and not nulls[c] and recs.height
-                 and recs.get_column(c).min() == v and recs.get_column(c).max() == v)
-    drop = [c for c, n in nulls.items() if n == recs.height and c not in same] + list(same)
-    return (recs.drop(drop) if drop else recs), same
+    constants: dict[str, object] = {c: None for c, n in nulls.items() if n == recs.height and c != "line"}
+    for c in _OFTEN_CONSTANT:
+        if c in nulls and not nulls[c]:
+            col = recs.get_column(c)
+            first = col[0]
+            if (col == first).all():
+                constants[c] = first
+    return (recs.drop(list(constants)) if constants else recs), constants
 
 
-def unslim(parts: Sequence[Path], dropped: Sequence[tuple[str, ...]], schema: pl.Schema | None,
-           constants: Mapping[str, str]) -> pl.LazyFrame:
-    """The staged parts (each staged without the constants `dropped` names, see `slim`) as one lazy frame with
-    every column of `schema`: each part's constants are put back, and a column a part left out for being null
-    is null there again."""
-    lf = pl.concat([pl.scan_ipc(str(p)).with_columns(pl.lit(constants[c]).alias(c) for c in gone)
-                    for p, gone in zip(parts, dropped)], how="diagonal_relaxed")
-    have = set(lf.collect_schema().names())
-    return lf.select(pl.col(n).cast(t) if n in have else pl.lit(None, dtype=t).alias(n)
-                     for n, t in (schema or {}).items())
+def unslim(parts: Sequence[Path], constants: Sequence[Mapping[str, object]],
+           schema: pl.Schema | None) -> pl.LazyFrame:
+    """The staged parts (each without the columns `slim` found constant in it) as one lazy frame with every column
+    of `schema`, in its order and type: each part's constants put back."""
+    schema = schema or pl.Schema()
+    return pl.concat([pl.scan_ipc(str(p)).select(
+        pl.col(n).cast(t) if n not in consts else pl.lit(consts[n], dtype=t).alias(n) for n, t in schema.items())
+        for p, consts in zip(parts, constants)])
 
 
 def _matcher(rules, budget: RegexBudget | None = None):  # -> match.Matcher | None
@@ -520,7 +527,7 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
         with HEAVY.hold():
             clock.decide_order(parse_lines(head, formats, ctx, final=True)[0])
     tick = progress(src) if progress else None
-    sink = _Sink(staging, det, _matcher(rules, budget), {"path": src.display, "source_id": tmp_id})
+    sink = _Sink(staging, det, _matcher(rules, budget))
     behind = ThreadPoolExecutor(1, thread_name_prefix="sink")  # matching and staging overlap the next batch's parse
     pending: list[Future] = []
 
@@ -595,7 +602,7 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
         records_file = staging / "records.parquet"
         with HEAVY.hold(LAND_WEIGHT):  # the other source's batches wait: this streaming write is the ingest's peak
             if parts:  # the parts, fixed, streamed into one Parquet file (polars' streaming sink: bounded memory)
-                fixed = unslim(parts, sink.dropped, sink.schema, sink.constants).with_columns(fix).drop(*EXTRA)
+                fixed = unslim(parts, sink.constants, sink.schema).with_columns(fix).drop(*EXTRA)
                 sink_parquet(apply_anchor(fixed, anchor, opts.host) if anchor else fixed, records_file, RECORD_SCHEMA)
             else:
                 write_parquet(empty_records(), records_file, RECORD_SCHEMA)
