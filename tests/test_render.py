@@ -223,6 +223,33 @@ def test_hard_cut_closes_fences() -> None:
     assert opened == 0
 
 
+def test_a_hard_cut_reuses_the_bare_render(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When even the report without excerpts, rows or key lines is over the limit, it is cut from the render the
+    trimming made of it (no render stopped at the limit itself), and the cut is the one that render would give."""
+    import forensics.render as render_pkg
+    from forensics.render import trim
+
+    inc, _ = _big_incident(10)
+    caps: list[int] = []
+    checked: list[bool] = []
+
+    def fit(view, render, limit):  # noqa: ANN001, ANN202
+        def counted(v, cap):  # noqa: ANN001, ANN202
+            caps.append(cap)
+            return render(v, cap)
+
+        out = trim.fit(view, counted, limit)
+        note = trim.trim_note(view, limit, "Trimmed: the report is cut here and the rest left out")
+        checked.append(out == trim._hard_cut(render(trim._limit(view, 0, 0, limit), limit)[0], limit, note))
+        return out
+
+    monkeypatch.setattr(render_pkg, "fit", fit)
+    text = render_report([inc], "md", replace(OPTS, max_chars=4_000))
+    assert "the report is cut here" in text and len(text) <= 4_000
+    assert checked == [True]
+    assert caps and 4_000 not in caps
+
+
 def test_user_template_runs_in_a_sandbox(tmp_path: Path) -> None:
     (tmp_path / "partials").mkdir()
     (tmp_path / "partials" / "summary.md.j2").write_text("{{ h }} My summary\n\n{{ iv.headline }}\n")

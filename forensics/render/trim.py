@@ -150,9 +150,19 @@ def fit(view: ReportView, render: Render, limit: int) -> str:
     if best is not None:
         return best
     most = max((max(len(iv.timeline), len(iv.key_lines)) for iv in view.incidents), default=0)
-    best = _largest(0, most - 1, lambda n: render(_limit(view, 0, n, limit), cap), limit,
-                    no_excerpts[0] if no_excerpts else None)
+    bare: list[str] = []   # the report with no excerpt, row or key line, when rendered: what a hard cut cuts
+
+    def with_rows(n: int) -> tuple[str, bool]:
+        got = render(_limit(view, 0, n, limit), cap)
+        if n == 0:
+            bare.append(got[0])
+        return got
+
+    best = _largest(0, most - 1, with_rows, limit, no_excerpts[0] if no_excerpts else None)
     if best is not None:
         return best
     note = trim_note(view, limit, "Trimmed: the report is cut here and the rest left out")
-    return _hard_cut(render(_limit(view, 0, 0, limit), limit)[0], limit, note)
+    # that render, past the limit, starts as the one cut at the limit would (a stopped render is a start of the
+    # whole): a many-incident day's report is cut without rendering it again
+    text = bare[0] if bare and len(bare[0]) > limit else render(_limit(view, 0, 0, limit), limit)[0]
+    return _hard_cut(text, limit, note)
