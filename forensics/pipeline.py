@@ -408,11 +408,9 @@ def slim(recs: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, object]]:
     return (recs.drop(list(constants)) if constants else recs), constants
 
 
-def unslim(parts: Sequence[Path], constants: Sequence[Mapping[str, object]],
-           schema: pl.Schema | None) -> pl.LazyFrame:
+def unslim(parts: Sequence[Path], constants: Sequence[Mapping[str, object]], schema: pl.Schema) -> pl.LazyFrame:
     """The staged parts (each without the columns `slim` found constant in it) as one lazy frame with every column
-    of `schema`, in its order and type: each part's constants put back."""
-    schema = schema or pl.Schema()
+    of `schema` (the batches', as parsed), in its order and type: each part's constants put back."""
     return pl.concat([pl.scan_ipc(str(p)).select(
         pl.col(n).cast(t) if n not in consts else pl.lit(consts[n], dtype=t).alias(n) for n, t in schema.items())
         for p, consts in zip(parts, constants)])
@@ -602,6 +600,7 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
         records_file = staging / "records.parquet"
         with HEAVY.hold(LAND_WEIGHT):  # the other source's batches wait: this streaming write is the ingest's peak
             if parts:  # the parts, fixed, streamed into one Parquet file (polars' streaming sink: bounded memory)
+                assert sink.schema is not None  # set by the first part
                 fixed = unslim(parts, sink.constants, sink.schema).with_columns(fix).drop(*EXTRA)
                 sink_parquet(apply_anchor(fixed, anchor, opts.host) if anchor else fixed, records_file, RECORD_SCHEMA)
             else:
