@@ -285,7 +285,7 @@ def explain_cmd(line: str | None, file_: str | None, line_no: int | None, fmt: s
                 rules_dirs: tuple[str, ...], as_json: bool) -> None:
     """Which rules match LINE (a full log line, or `-` for stdin) and what they extract; when none does, the
     nearest rule and the part of its pattern that failed. Exit 0 when a rule matched, 1 when none did."""
-    from .match import explain
+    from .explain import explain
 
     if (line is None) == (file_ is None):
         raise click.UsageError("give a LINE, or --file F --line N")
@@ -317,7 +317,8 @@ def explain_cmd(line: str | None, file_: str | None, line_no: int | None, fmt: s
             "part_of": [{"rule": e["rule"], "kind": e["kind"], "line": e["line"], "line_end": e["line_end"]}
                         for e in r.covered_by],
             "near": [{"rule": n.rule, "kind": n.kind, "matched": n.matched, "missing": n.missing,
-                      "score": round(n.score, 3), "reason": n.reason, "text": n.describe()} for n in r.near],
+                      "edits": list(n.edits), "score": round(n.score, 3), "reason": n.reason, "text": n.describe()}
+                     for n in r.near],
             "timed_out": list(r.timed_out), "not_applied": list(r.not_applied),
         } for r in ex.records], indent=1))
         sys.exit(0 if ex.matched else 1)

@@ -26,13 +26,12 @@ from forensics.match import (
     cast_signal,
     cast_sm_arch,
     event_fields,
-    explain,
     Matcher,
     match_records,
     parse_server_args,
     run_examples,
-    top_level,
 )
+from forensics.explain import explain, top_level
 from forensics.parse import parse_text
 from forensics.rulepacks import RuleSet, load_pack, load_rules
 from forensics.schema import EVENT_SCHEMA, RECORD_SCHEMA, conform

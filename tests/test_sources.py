@@ -253,7 +253,7 @@ def test_colour_codes_in_explain_and_in_quoted_lines(tmp_path: Path) -> None:
     """`forensics explain` on a line pasted from a coloured terminal matches as the plain line does, and a
     report quotes a coloured file's lines as they were read (no `\\x1b[32m` in the excerpt)."""
     from forensics.ansi import strip_text
-    from forensics.match import explain
+    from forensics.explain import explain
     from forensics.parse import parse_text
     from forensics.rulepacks import load_rules
 
