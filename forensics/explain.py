@@ -131,6 +131,22 @@ def _literal_char(item: str) -> str | None:
     return None
 
 
+_GROUP_OPEN = re.compile(r"\((?:\?P<\w+>|\?<(?![=!])\w+>|\?:|(?!\?))")
+
+
+def literal_count(item: str) -> int:
+    """The literal characters every match of a top-level item holds: 1 for a literal, for a group (not
+    quantified, or `+`) the fewest of its branches' (`(?P<state>Started|Starting)`: 7), else 0."""
+    if _literal_char(item) is not None:
+        return 1
+    body = item[:-1] if item.endswith("+") and not item.endswith("\\+") else item
+    m = _GROUP_OPEN.match(body)
+    if m is None or not body.endswith(")"):
+        return 0
+    _, branches = top_level(body[m.end():-1])
+    return min(sum(literal_count(x) for x in branch) for branch in branches)
+
+
 @dataclass(frozen=True)
 class NearMiss:
     rule: str
@@ -168,7 +184,8 @@ def near_miss(rule: Rule, message: str) -> NearMiss | None:
     best: NearMiss | None = None
     for items in branches:
         lits = [_literal_char(x) for x in items]
-        total = sum(1 for x in lits if x is not None)
+        counts = [literal_count(x) for x in items]
+        total = sum(counts)
         k, m_lo = _longest_prefix(flags, items, message, 0, None)
         edits: tuple[str, ...] = ()
         at = m_lo.start() if m_lo is not None else None
@@ -176,7 +193,7 @@ def near_miss(rule: Rule, message: str) -> NearMiss | None:
         if typo is not None:
             k, m_lo = typo
             edits = _edit_notes(message, m_lo.fuzzy_changes)
-        got = sum(1 for x in lits[:k] if x is not None) - len(edits)
+        got = sum(counts[:k]) - len(edits)
         if k == len(items):
             missing, matched = "", (m_lo.group(0) if m_lo else "")
         else:
@@ -253,10 +270,9 @@ def typo_prefix(flags: str, items: list[str], message: str, exact: int,
     literal characters more than its edits past the exact prefix: a line cut short is not a typo (`...anon-rss:9`
     is one `kB` short of the next item, not two edits from it). The typo'd match is looked for where the exact
     prefix matched: a fuzzy search at every position of a pattern with a lazy class is slow (50 ms a line)."""
-    lits = [_literal_char(x) is not None for x in items]
     seen = [0]
-    for x in lits:
-        seen.append(seen[-1] + x)
+    for x in items:
+        seen.append(seen[-1] + literal_count(x))
     typos = min(TYPO_MAX, seen[-1] // TYPO_EVERY)
     if typos < 1:
         return None

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from forensics import cli_rules
-from forensics.explain import NearMiss, _word_at, explain, near_miss, top_level, typo_prefix
+from forensics.explain import NearMiss, _word_at, explain, literal_count, near_miss, top_level, typo_prefix
 from forensics.parse import parse_text
 from forensics.rulepacks import RuleSet, load_rules
 
@@ -152,3 +152,21 @@ def test_cli_explain_json_has_the_edits() -> None:
     res = CliRunner().invoke(main, ["explain", "May 25 20:17:19 h systemd[1]: x.service: Failed with reslt "
                                                "'signal'."])
     assert res.exit_code == 1 and "but for 1 edit (a character missing in `reslt`, column 27)" in res.output
+
+
+@pytest.mark.parametrize("item, n", [
+    ("a", 1), (r"\.", 1), (r"\d+", 0), ("[ab]", 0), (".", 0),
+    ("(?P<state>Started|Starting)", 7),     # the fewest of its branches
+    ("(?:ab|abc)", 2), ("(?:ab)?", 0), ("(?:ab)*", 0), ("(?:ab)+", 2), ("(?:a|)", 0),
+    ("(x(?:yz)q)", 4), (r"(?:\(oom\))", 5),
+    ("(?=abc)", 0), ("(?!abc)", 0), ("(?<=abc)", 0), ("(?<!abc)", 0), ("(?i)", 0),
+])
+def test_literal_count(item: str, n: int) -> None:
+    assert literal_count(item) == n
+
+
+def test_a_typo_in_a_group_of_alternatives(rules: RuleSet) -> None:
+    """`(?P<which>Main|Control)` counts as 4 literal characters: a typo'd `Mian` is within the budget."""
+    rec = _record(rules, "May 25 20:17:19 h systemd[1]: x.service: Mian process exited, code=killed, status=9/KILL")
+    assert rec.near[0].rule == "systemd.main_killed" and len(rec.near[0].edits) == 2
+    assert all("in `Mian`, column 1" in e for e in rec.near[0].edits), rec.near[0].edits
