@@ -170,3 +170,44 @@ def test_a_typo_in_a_group_of_alternatives(rules: RuleSet) -> None:
     rec = _record(rules, "May 25 20:17:19 h systemd[1]: x.service: Mian process exited, code=killed, status=9/KILL")
     assert rec.near[0].rule == "systemd.main_killed" and len(rec.near[0].edits) == 2
     assert all("in `Mian`, column 1" in e for e in rec.near[0].edits), rec.near[0].edits
+
+
+def test_rules_test_says_where_a_failing_example_stopped_matching(tmp_path) -> None:  # noqa: ANN001
+    """`rules test` names the failing example's line and, as `explain` would, where its rule's pattern stopped
+    matching it, the typo it holds, or why a pattern that matches made no event."""
+    p = tmp_path / "mine.yaml"
+    p.write_text("""pack: mine
+rules:
+  - id: mine.ready
+    kind: server_ready
+    severity: info
+    role: context
+    applies: {idents: [sglang]}
+    pattern: 'fired up and ready to roll'
+    title: ready
+    explain: ready
+    examples:
+      match:
+        - '[2025-05-25 20:11:52] The server is fired up and ready to go!'
+        - '[2025-05-25 20:11:52] The server is fired up and redy to roll!'
+        - 'May 25 20:17:19 h sshd[7]: fired up and ready to roll'
+        - 'nothing like it'
+      near_miss: ['INFO:     Application startup complete.']
+""")
+
+    @click.group()
+    def main() -> None:
+        pass
+
+    cli_rules.register(main)
+    res = CliRunner().invoke(main, ["rules", "test", str(p)])
+    assert res.exit_code == 1
+    lines = [x for x in res.output.splitlines() if x.startswith("FAIL")]
+    assert lines == [
+        f"FAIL {p}:13: mine.ready: example: did not match: matched `fired up and ready to ` but not `roll`",
+        f"FAIL {p}:14: mine.ready: example: did not match: the whole pattern matches `fired up and redy to roll` "
+        "but for 1 edit (a character missing in `redy`, column 30)",
+        f"FAIL {p}:15: mine.ready: example: did not match: the pattern matches, but the rule applies only where "
+        "ident is sglang (this record: ident=sshd)",
+        f"FAIL {p}:16: mine.ready: example: did not match",
+    ], res.output
