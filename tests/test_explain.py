@@ -8,9 +8,12 @@ import json
 import click
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from forensics import cli_rules
-from forensics.explain import NearMiss, _word_at, explain, literal_count, near_miss, top_level, typo_prefix
+from forensics.explain import (TYPO_MAX, NearMiss, _word_at, explain, literal_count, near_miss, top_level,
+                               typo_prefix)
 from forensics.parse import parse_text
 from forensics.rulepacks import RuleSet, load_rules
 
@@ -211,3 +214,37 @@ rules:
         "ident is sglang (this record: ident=sshd)",
         f"FAIL {p}:16: mine.ready: example: did not match",
     ], res.output
+
+
+def test_a_matching_example_is_never_a_typo(rules: RuleSet) -> None:
+    """Every built-in rule's matching examples: the whole pattern matches a record exactly, with no edit."""
+    checked = 0
+    for rule in rules.rules:
+        for ex in rule.examples:
+            messages = parse_text(ex.text, ex.format).get_column("message").to_list()
+            best = max((near_miss(rule, m or "") for m in messages), key=lambda n: (n.score, n.matched_literals))
+            assert best.missing == "" and best.edits == (), (rule.id, ex.text, best.describe())
+            checked += 1
+    assert checked >= 100
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["kernel.oom_kill", "systemd.main_killed", "systemd.cgroup_kill_failed", "nccl.watchdog_timeout",
+                        "cuda.torch_capability", "sglang.server_ready"]),
+       st.text(alphabet=st.characters(min_codepoint=9, max_codepoint=0x2FF), max_size=120), st.data())
+def test_near_miss_holds_for_any_text(rules: RuleSet, rule_id: str, text: str, data: st.DataObject) -> None:
+    rule = rules.get(rule_id)
+    example = rule.examples[0].text
+    # any text, or the rule's own example with a few characters dropped, doubled or replaced
+    if data.draw(st.booleans()):
+        chars = list(example)
+        for _ in range(data.draw(st.integers(1, 3))):
+            i = data.draw(st.integers(0, len(chars) - 1))
+            chars[i:i + 1] = data.draw(st.sampled_from([[], [chars[i]] * 2, ["#"]]))
+        text = "".join(chars)
+    nm = near_miss(rule, text)
+    assert nm is not None and nm.rule == rule_id
+    assert len(nm.edits) <= TYPO_MAX and nm.score <= 1.0
+    assert nm.matched_literals >= -len(nm.edits)
+    if nm.edits:
+        assert "edit" in nm.describe() and all(", column " in e for e in nm.edits)
