@@ -25,6 +25,7 @@ from .match import globs_admit, match_records
 from .regexbudget import REGEX_TIMEOUT, RegexBudget
 from .rulepacks import Rule, RuleSet, split_flags
 
+
 def _escape_end(p: str, i: int) -> int:
     nxt = p[i + 1:i + 2]
     if nxt in ("x", "u", "U", "p", "P", "N") and p[i + 2:i + 3] == "{":
@@ -284,8 +285,7 @@ def typo_prefix(flags: str, items: list[str], message: str, exact: int,
     longest, _ = _longest_prefix(flags, items, message, start, typos, at)
     # the longest prefix may have spent edits on the pattern's next characters where the line ends or goes
     # another way (`kB, a` with `, a` missing): of it and the few prefixes shorter by an edit's item, the one that
-    # matches the most literal characters beyond its edits
-    # (fewer edits first where the count is the same)
+    # matches the most literal characters beyond its edits (with fewer edits, where that is the same)
     best: tuple[tuple[int, int], int, regex.Match] | None = None
     for k in range(longest, max(start, longest - typos) - 1, -1):
         m = _search(flags, items[:k], message, typos, best=True, at=at)
