@@ -139,21 +139,26 @@ def test_describe_forms() -> None:
         "r.x: the pattern matches, but it does not apply"
 
 
-def test_cli_explain_json_has_the_edits() -> None:
+@pytest.fixture(scope="module")
+def cli() -> click.Group:
     @click.group()
     def main() -> None:
         pass
 
     cli_rules.register(main)
-    res = CliRunner().invoke(main, ["explain", "--json", "May 25 20:17:19 h systemd[1]: x.service: Failed with "
+    return main
+
+
+def test_cli_explain_json_has_the_edits(cli: click.Group) -> None:
+    res = CliRunner().invoke(cli, ["explain", "--json", "May 25 20:17:19 h systemd[1]: x.service: Failed with "
                                                         "reslt 'signal'."])
     assert res.exit_code == 1
     (rec,) = json.loads(res.output)
     assert rec["verdict"] == "near_miss"
     near = rec["near"][0]
     assert near["rule"] == "systemd.failed_result" and near["edits"] == ["a character missing in `reslt`, column 27"]
-    res = CliRunner().invoke(main, ["explain", "May 25 20:17:19 h systemd[1]: x.service: Failed with reslt "
-                                               "'signal'."])
+    res = CliRunner().invoke(cli, ["explain", "May 25 20:17:19 h systemd[1]: x.service: Failed with reslt "
+                                              "'signal'."])
     assert res.exit_code == 1 and "but for 1 edit (a character missing in `reslt`, column 27)" in res.output
 
 
@@ -175,7 +180,7 @@ def test_a_typo_in_a_group_of_alternatives(rules: RuleSet) -> None:
     assert all("in `Mian`, column 1" in e for e in rec.near[0].edits), rec.near[0].edits
 
 
-def test_rules_test_says_where_a_failing_example_stopped_matching(tmp_path) -> None:  # noqa: ANN001
+def test_rules_test_says_where_a_failing_example_stopped_matching(cli: click.Group, tmp_path) -> None:  # noqa: ANN001
     """`rules test` names the failing example's line and, as `explain` would, where its rule's pattern stopped
     matching it, the typo it holds, or why a pattern that matches made no event."""
     p = tmp_path / "mine.yaml"
@@ -197,13 +202,7 @@ rules:
         - 'nothing like it'
       near_miss: ['INFO:     Application startup complete.']
 """)
-
-    @click.group()
-    def main() -> None:
-        pass
-
-    cli_rules.register(main)
-    res = CliRunner().invoke(main, ["rules", "test", str(p)])
+    res = CliRunner().invoke(cli, ["rules", "test", str(p)])
     assert res.exit_code == 1
     lines = [x for x in res.output.splitlines() if x.startswith("FAIL")]
     assert lines == [
