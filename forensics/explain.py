@@ -344,6 +344,21 @@ def why_not(rule: Rule, record: Mapping[str, Any]) -> str:
     return ""
 
 
+def why_no_event(rule: Rule, recs: pl.DataFrame) -> str:
+    """For `rules test`: where the rule's pattern stopped matching an example's closest record (its near miss), or
+    why a pattern that matches gave no event (`: ...`); '' when no part of the pattern matches."""
+    misses = [(near_miss(rule, rec.get("message") or ""), rec) for rec in recs.iter_rows(named=True)]
+    found = [(nm, rec) for nm, rec in misses if nm is not None]
+    if not found:
+        return ""
+    nm, rec = max(found, key=lambda x: (x[0].score, x[0].matched_literals))
+    if not nm.matched and nm.missing:
+        return ""
+    if not nm.missing and not nm.edits:
+        return f": the pattern matches, but {why_not(rule, rec) or 'its context or casts produced no event'}"
+    return ": " + nm.describe().removeprefix(f"near miss: {rule.id}: ")
+
+
 @dataclass(frozen=True)
 class RecordExplanation:
     """One input record: the events rules extracted from it, or the rules that came closest."""

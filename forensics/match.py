@@ -1116,25 +1116,6 @@ def _same(expected: Any, got: Any) -> bool:
     return expected == got
 
 
-def _why_no_event(rule: Rule, recs: pl.DataFrame) -> str:
-    """Where the rule's pattern stopped matching the example's closest record (as `explain` says it), or why a
-    pattern that matches gave no event; '' when no part of the pattern matches."""
-    from .explain import near_miss, why_not
-
-    best = None
-    for rec in recs.iter_rows(named=True):
-        nm = near_miss(rule, rec.get("message") or "")
-        if nm is not None and (best is None or (nm.score, nm.matched_literals) > (best[0].score,
-                                                                                 best[0].matched_literals)):
-            best = (nm, rec)
-    if best is None or (not best[0].matched and best[0].missing):
-        return ""
-    nm, rec = best
-    if not nm.missing and not nm.edits:
-        return f": the pattern matches, but {why_not(rule, rec) or 'its context or casts produced no event'}"
-    return ": " + nm.describe().removeprefix(f"near miss: {rule.id}: ")
-
-
 def run_examples(rules: RuleSet, *, parse: Callable[[str, str | None, str], pl.DataFrame] | None = None,
                  only: Iterable[str] = ()) -> list[ExampleResult]:
     """Run every example of every rule (or of the rule ids in `only`): each matching example must yield an
@@ -1180,8 +1161,10 @@ def run_examples(rules: RuleSet, *, parse: Callable[[str, str | None, str], pl.D
             hint = f" (matched by: {', '.join(others)})" if others else ""
             if rule.id in budget.timed_out_on(key, 0, 1 << 62):
                 hint += f" (its pattern timed out after {budget.timeout:g} s: it backtracks catastrophically)"
-            else:
-                hint += _why_no_event(rule, parsed[key])
+            else:  # as explain says it (which imports this module: imported here)
+                from .explain import why_no_event
+
+                hint += why_no_event(rule, parsed[key])
             results.append(ExampleResult(rule.id, ex.location, True, False, f"did not match{hint}"))
             continue
         ev = evs[0]
