@@ -13,9 +13,10 @@ its place), and kept when it reaches on past the edits (`typo_prefix`).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import accumulate
 from typing import Any
 
 import polars as pl
@@ -160,14 +161,18 @@ class NearMiss:
     edits: tuple[str, ...] = ()  # the typos the match allowed, each said with where it is in the message
 
     def describe(self) -> str:
+        return f"{self.rule}: {self.detail()}" if self.reason else f"near miss: {self.rule}: {self.detail()}"
+
+    def detail(self) -> str:
+        """What came close, without the rule's name."""
         if self.reason:
-            return f"{self.rule}: the pattern matches, but {self.reason}"
+            return f"the pattern matches, but {self.reason}"
         typos = f"{len(self.edits)} edit{'s' if len(self.edits) > 1 else ''} ({'; '.join(self.edits)})"
         if not self.missing:  # a typo'd match of the whole pattern
-            return f"near miss: {self.rule}: the whole pattern matches `{self.matched}` but for {typos}"
+            return f"the whole pattern matches `{self.matched}` but for {typos}"
         if self.edits:
-            return f"near miss: {self.rule}: matched `{self.matched}`, with {typos}, but not `{self.missing}`"
-        return f"near miss: {self.rule}: matched `{self.matched}` but not `{self.missing}`"
+            return f"matched `{self.matched}`, with {typos}, but not `{self.missing}`"
+        return f"matched `{self.matched}` but not `{self.missing}`"
 
 
 NEAR_RATIO = 0.4
@@ -190,7 +195,7 @@ def near_miss(rule: Rule, message: str) -> NearMiss | None:
         k, m_lo = _longest_prefix(flags, items, message, 0, None)
         edits: tuple[str, ...] = ()
         at = m_lo.start() if m_lo is not None else None
-        typo = typo_prefix(flags, items, message, k, at) if k < len(items) else None
+        typo = typo_prefix(flags, items, message, k, at, counts) if k < len(items) else None
         if typo is not None:
             k, m_lo = typo
             edits = _edit_notes(message, m_lo.fuzzy_changes)
@@ -263,17 +268,16 @@ def _longest_prefix(flags: str, items: list[str], message: str, lo: int, typos: 
     return lo, m_lo
 
 
-def typo_prefix(flags: str, items: list[str], message: str, exact: int,
-                at: int | None = None) -> tuple[int, regex.Match] | None:
+def typo_prefix(flags: str, items: list[str], message: str, exact: int, at: int | None = None,
+                counts: Sequence[int] | None = None) -> tuple[int, regex.Match] | None:
     """A longer prefix of the pattern than the `exact` items that match (from `at`, where they do), matched with a
     few edits (one per TYPO_EVERY literal characters of the pattern, at most TYPO_MAX: a character missing, one too
     many or another in its place), and its match with the fewest edits; None unless it matches at least TYPO_GAIN
     literal characters more than its edits past the exact prefix: a line cut short is not a typo (`...anon-rss:9`
     is one `kB` short of the next item, not two edits from it). The typo'd match is looked for where the exact
-    prefix matched: a fuzzy search at every position of a pattern with a lazy class is slow (50 ms a line)."""
-    seen = [0]
-    for x in items:
-        seen.append(seen[-1] + literal_count(x))
+    prefix matched: a fuzzy search at every position of a pattern with a lazy class is slow (50 ms a line).
+    `counts`: each item's `literal_count`, when the caller has them."""
+    seen = [0, *accumulate(literal_count(x) for x in items)] if counts is None else [0, *accumulate(counts)]
     typos = min(TYPO_MAX, seen[-1] // TYPO_EVERY)
     if typos < 1:
         return None
@@ -344,19 +348,24 @@ def why_not(rule: Rule, record: Mapping[str, Any]) -> str:
     return ""
 
 
+def closest(rule: Rule, record: Mapping[str, Any]) -> NearMiss | None:
+    """How close the rule came to the record: its near miss, or, where its whole pattern matches exactly, why it
+    made no event (`reason`, score 1)."""
+    nm = near_miss(rule, record.get("message") or "")
+    if nm is None or nm.missing or nm.edits:
+        return nm
+    reason = why_not(rule, record) or "its context or casts produced no event"
+    return NearMiss(nm.rule, nm.kind, nm.matched, "", 1.0, nm.matched_literals, reason)
+
+
 def why_no_event(rule: Rule, recs: pl.DataFrame) -> str:
     """For `rules test`: where the rule's pattern stopped matching an example's closest record (its near miss), or
     why a pattern that matches gave no event (`: ...`); '' when no part of the pattern matches."""
-    misses = [(near_miss(rule, rec.get("message") or ""), rec) for rec in recs.iter_rows(named=True)]
-    found = [(nm, rec) for nm, rec in misses if nm is not None]
+    found = [nm for rec in recs.iter_rows(named=True) if (nm := closest(rule, rec)) is not None]
     if not found:
         return ""
-    nm, rec = max(found, key=lambda x: (x[0].score, x[0].matched_literals))
-    if not nm.matched and nm.missing:
-        return ""
-    if not nm.missing and not nm.edits:
-        return f": the pattern matches, but {why_not(rule, rec) or 'its context or casts produced no event'}"
-    return ": " + nm.describe().removeprefix(f"near miss: {rule.id}: ")
+    nm = max(found, key=lambda n: (n.score, n.matched_literals))
+    return "" if not nm.matched and nm.missing else ": " + nm.detail()
 
 
 @dataclass(frozen=True)
@@ -400,19 +409,13 @@ class Explanation:
 def nearest(rules: RuleSet, record: Mapping[str, Any], top: int = 3, skip: Iterable[str] = ()) -> tuple[NearMiss, ...]:
     """The rules whose patterns came closest to the record's message: those that match but did not apply
     first, then near misses above the threshold, best first. Rules in `skip` (they timed out) are not tried."""
-    msg = record.get("message") or ""
     scored: list[NearMiss] = []
     skipped = set(skip)
     for rule in rules.rules:
         if rule.id in skipped:
             continue
-        nm = near_miss(rule, msg)
-        if nm is None:
-            continue
-        if not nm.missing and not nm.edits:
-            reason = why_not(rule, record) or "its context or casts produced no event"
-            scored.append(NearMiss(nm.rule, nm.kind, nm.matched, "", 1.0, nm.matched_literals, reason))
-        elif nm.score >= NEAR_RATIO and nm.matched_literals >= NEAR_MIN_LITERALS:
+        nm = closest(rule, record)
+        if nm is not None and (nm.reason or (nm.score >= NEAR_RATIO and nm.matched_literals >= NEAR_MIN_LITERALS)):
             scored.append(nm)
     scored.sort(key=lambda n: (bool(n.reason), n.score, n.matched_literals), reverse=True)
     return tuple(scored[:top])
