@@ -190,6 +190,7 @@ def sources(ctx: click.Context, as_json: bool) -> None:
 def timeline(ctx: click.Context, since: str | None, until: str | None, host: str | None, unit: str | None,
              pattern: str | None, tz: str, as_json: bool, out_format: str) -> None:
     """The merged chronological view of every source, with path:line on every row."""
+    from .export import RECORD_FIELDS, TABLE_FIELDS
     from .query import timeline_stream
 
     if pattern is not None:
@@ -200,7 +201,8 @@ def timeline(ctx: click.Context, since: str | None, until: str | None, host: str
                                      f"look-around and back-references are not supported", param_hint="--grep")
     fmt = "json" if as_json else out_format
     lo, hi = parse_when(since, tz), parse_when(until, tz)
-    _write_stream(timeline_stream(get_store(ctx), lo, hi, host, unit, pattern), fmt)
+    columns = TABLE_FIELDS if fmt == "table" else RECORD_FIELDS  # only what is written is read
+    _write_stream(timeline_stream(get_store(ctx), lo, hi, host, unit, pattern, columns), fmt)
 
 
 def _write_stream(tl, fmt: str) -> None:  # noqa: ANN001 - a query.TimelineStream

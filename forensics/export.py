@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal, TextIO
+from typing import Any, BinaryIO, Literal, TextIO
 
 import polars as pl
 
@@ -36,6 +36,7 @@ EXPORT_FORMATS: tuple[str, ...] = ("table", "json", "csv", "jsonl", "timesketch"
 Kind = Literal["records", "events"]
 
 RECORD_FIELDS = ("ts", "ts_source", "host", "ident", "pid", "unit", "message", "path", "line", "line_end", "format")
+TABLE_FIELDS = ("ts", "ts_source", "host", "ident", "pid", "unit", "message")  # what the records table shows
 EVENT_FIELDS = ("ts", "ts_source", "kind", "rule", "severity", "role", "host", "unit", "pid", "title", "source",
                 "line", "line_end", "message", "fields")
 INFERRED = frozenset({"zone_assumed", "year_inferred", "boot_anchored", "monotonic_only"})
@@ -226,45 +227,102 @@ VECTOR_SLICE = 100_000  # records written by polars at a time ...
 VECTOR_AT_ONCE = 2      # ... in this many slices built at once (one per core)
 
 
-def _record_row(r: dict[str, Any], host_w: int, who_w: int) -> str:
+def _record_fields(r: dict[str, Any], host_w: int, who_w: int) -> tuple[str, str, str, str]:
+    """A record's row of the table, its four fields: time, host, source, message (joined by spaces)."""
     who = (r["ident"] or r["unit"] or "") + (f"[{r['pid']}]" if r["pid"] is not None else "")
-    return (f"{_table_time(r['ts'], r['ts_source'])} {_show(r['host']):<{host_w}} "
-            f"{_show(who):<{who_w}} {_first_line(r['message'])}\n")
+    return (_table_time(r["ts"], r["ts_source"]), f"{_show(r['host']):<{host_w}}", f"{_show(who):<{who_w}}",
+            _first_line(r["message"]))
+
+
+def _record_row(r: dict[str, Any], host_w: int, who_w: int) -> str:
+    return " ".join(_record_fields(r, host_w, who_w)) + "\n"
 
 
 # what polars does not write as `_record_row` does: a control character or a tab to escape (anything in the
 # host or source); such rows are written by `_record_row`
 _ODD_NAME = "[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
 _ODD_TEXT = "[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
+_MILLIS = pl.Series([f"{k:03d}" for k in range(1000)])
+_UNTIMED = "-".ljust(24)
 
 
 def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int) -> int:
-    """The table's record rows, built by polars a slice at a time: the same text as `_record_row`, which writes
-    the odd rows (a day of a busy fleet is millions of records: 4.2 M printed in 14 s end to end, not 104 s)."""
+    """The table's record rows, built by polars a slice at a time: the same text as `_record_row`, written by
+    polars' CSV writer as four fields joined by spaces, unquoted. A message of printable ASCII is its own field
+    (nearly every row; 4.2 M records of a busy day are formatted in about a second); any other message is cut to
+    its first line with `[+N lines]`, and a row with a character to escape is made by `_record_fields`."""
     frame = conform(df, RECORD_SCHEMA)
-    ts = pl.col("ts").dt.convert_time_zone("UTC")
-    ident, unit, msg = pl.col("ident"), pl.col("unit"), pl.col("message").fill_null("")
-    who = pl.concat_str([
-        pl.when(ident.fill_null("") != "").then(ident).when(unit.fill_null("") != "").then(unit).otherwise(pl.lit("")),
-        pl.when(pl.col("pid").is_not_null()).then(pl.format("[{}]", pl.col("pid"))).otherwise(pl.lit(""))])
-    head = msg.str.replace(r"(?s)\n.*", "")  # the first line
-    first = head.str.strip_chars_end("\r")
-    extra = msg.str.count_matches("\n", literal=True)
-    line = pl.concat_str([
-        pl.when(ts.is_null()).then(pl.lit("-".ljust(24))).otherwise(pl.concat_str([
-            ts.dt.strftime("%Y-%m-%d %H:%M:%S%.3f"),
-            pl.when(pl.col("ts_source").is_in(sorted(INFERRED))).then(pl.lit("~")).otherwise(pl.lit(" "))])),
-        pl.lit(" "), pl.col("host").fill_null("").str.pad_end(host_w), pl.lit(" "), who.str.pad_end(who_w),
-        pl.lit(" "), first,
-        pl.when(extra > 0).then(pl.format("  [+{} lines]", extra)).otherwise(pl.lit("")), pl.lit("\n")])
-    odd = (pl.col("host").fill_null("").str.contains(_ODD_NAME) | ident.fill_null("").str.contains(_ODD_NAME)
-           | unit.fill_null("").str.contains(_ODD_NAME) | head.str.contains(_ODD_TEXT))
+    odd_names = [pl.col(c).is_in(bad) for c in ("host", "ident", "unit") if (bad := _odd_values(frame, c))]
     chunks = list(frame.iter_slices(VECTOR_SLICE))
     for i in range(0, len(chunks), VECTOR_AT_ONCE):
         group = chunks[i:i + VECTOR_AT_ONCE]
-        for chunk, got in zip(group, pl.collect_all([c.lazy().select(line.alias("l"), odd.alias("o")) for c in group])):
-            _write_lines(chunk, got, lambda r: _record_row(r, host_w, who_w), out)
+        built = pl.collect_all([c.lazy().select(_time_field(c), *_name_fields(host_w, who_w), pl.col("message").alias("m"),
+                                                pl.any_horizontal(*odd_names, False).alias("o"))
+                                for c in group])
+        for chunk, got in zip(group, built):
+            _write_fields(_mend_fields(chunk, got, host_w, who_w), out)
     return frame.height
+
+
+def _odd_values(df: pl.DataFrame, col: str) -> list[str]:
+    """The values of a name column with a character the table escapes (few: the column's distinct values are read)."""
+    values = df.get_column(col).unique().drop_nulls()
+    return sorted(values.filter(values.str.contains(_ODD_NAME)).to_list())
+
+
+def _time_field(df: pl.DataFrame) -> pl.Expr:
+    """The time field (`t`): the second's text gathered from the chunk's seconds formatted once each, then the
+    milliseconds and the inferred mark; `strftime` row by row when the chunk spans more seconds than it has rows."""
+    ts, mark = pl.col("ts"), pl.when(pl.col("ts_source").is_in(sorted(INFERRED))).then(pl.lit("~")).otherwise(pl.lit(" "))
+    us = ts.dt.epoch("us")
+    lo, hi = df.select((us.min() // 1_000_000).alias("lo"), (us.max() // 1_000_000).alias("hi")).row(0)
+    if lo is None:
+        return pl.lit(_UNTIMED).alias("t")
+    if hi - lo < df.height:
+        labels = pl.select(pl.int_range(lo, hi + 1, dtype=pl.Int64).mul(1_000_000).cast(pl.Datetime("us"))
+                           .dt.strftime("%Y-%m-%d %H:%M:%S.")).to_series()
+        second = us // 1_000_000
+        text = pl.concat_str([pl.lit(labels).gather(second - lo), pl.lit(_MILLIS).gather((us - second * 1_000_000) // 1000),
+                              mark])
+    else:
+        text = pl.concat_str([ts.dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%d %H:%M:%S%.3f"), mark])
+    return pl.when(ts.is_null()).then(pl.lit(_UNTIMED)).otherwise(text).alias("t")
+
+
+def _name_fields(host_w: int, who_w: int) -> list[pl.Expr]:
+    """The host field (`h`) and the source field (`w`: ident, else unit, then `[pid]`), padded."""
+    ident, unit, pid = pl.col("ident"), pl.col("unit"), pl.col("pid")
+    name = pl.when(ident.fill_null("") != "").then(ident).when(unit.fill_null("") != "").then(unit).otherwise(pl.lit(""))
+    who = pl.concat_str([name, pl.when(pid.is_not_null()).then(pl.format("[{}]", pid)).otherwise(pl.lit(""))])
+    return [pl.col("host").fill_null("").str.pad_end(host_w).alias("h"), who.str.pad_end(who_w).alias("w")]
+
+
+def _mend_fields(chunk: pl.DataFrame, got: pl.DataFrame, host_w: int, who_w: int) -> pl.DataFrame:
+    """`got`'s fields (`t`, `h`, `w`, `m`), with the rows the plain build does not write as `_record_row` does
+    mended: a message that is not printable ASCII (pyarrow's check, a pass at memory speed), or a name to escape."""
+    import pyarrow.compute as pc
+
+    message = chunk.get_column("message")
+    plain = pl.Series(pc.ascii_is_printable(message.to_arrow()), dtype=pl.Boolean)
+    redo = (~plain.fill_null(True) & (message.str.len_bytes() > 0)) | got.get_column("o")
+    fields = got.select("t", "h", "w", "m")
+    at = redo.arg_true()
+    if at.len() == 0:
+        return fields
+    msg = pl.col("message").fill_null("")
+    head = msg.str.replace(r"(?s)\n.*", "")  # the first line
+    extra = msg.str.count_matches("\n", literal=True)
+    some = chunk[at].with_columns(got.get_column("o").gather(at).alias("o"))
+    mended = some.select(pl.concat_str([head.str.strip_chars_end("\r"), pl.when(extra > 0).then(
+        pl.format("  [+{} lines]", extra)).otherwise(pl.lit(""))]).alias("m"), (pl.col("o") | head.str.contains(_ODD_TEXT)).alias("o"))
+    h, w, m = (fields.get_column(c).clone() for c in ("h", "w", "m"))
+    m.scatter(at, mended.get_column("m"))
+    odd = mended.get_column("o").arg_true()
+    if odd.len():
+        made = [_record_fields(r, host_w, who_w) for r in row_dicts(some[odd], "records")]
+        for series, k in ((h, 1), (w, 2), (m, 3)):
+            series.scatter(at.gather(odd), pl.Series([f[k] for f in made], dtype=pl.String))
+    return pl.DataFrame([fields.get_column("t"), h, w, m])
 
 
 def _write_lines(chunk: pl.DataFrame, got: pl.DataFrame, row_path: Callable[[dict[str, Any]], str | None],
@@ -284,13 +342,33 @@ def _write_lines(chunk: pl.DataFrame, got: pl.DataFrame, row_path: Callable[[dic
 def write_bytes(out: TextIO, data: bytes) -> None:
     """UTF-8 text written to `out`: straight to its binary buffer when it has one that takes UTF-8 (a
     terminal or pipe: no decoding into a Python string and encoding back, 0.8 GB for a busy day), else decoded."""
+    raw = _utf8_buffer(out)
+    if raw is None:
+        out.write(data.decode("utf-8"))
+        return
+    raw.write(data)
+
+
+def _utf8_buffer(out: TextIO) -> BinaryIO | None:
+    """`out`'s binary buffer, flushed up to here, when it takes UTF-8; else None."""
     raw = getattr(out, "buffer", None)
     encoding = (getattr(out, "encoding", None) or "").lower().replace("-", "").replace("_", "")
     if raw is None or encoding != "utf8":
-        out.write(data.decode("utf-8"))
-        return
+        return None
     out.flush()
-    raw.write(data)
+    return raw
+
+
+def _write_fields(fields: pl.DataFrame, out: TextIO) -> None:
+    """Rows of string fields joined by spaces, unquoted: by polars straight into `out`'s binary buffer when it
+    has one (no copy of the text in between), else through bytes."""
+    raw = _utf8_buffer(out)
+    if raw is not None:
+        fields.write_csv(raw, include_header=False, separator=" ", quote_style="never")
+        return
+    buf = io.BytesIO()
+    fields.write_csv(buf, include_header=False, separator=" ", quote_style="never")
+    out.write(buf.getvalue().decode("utf-8"))
 
 
 def _write_records_vectorised(df: pl.DataFrame, fmt: str, out: TextIO) -> int:

@@ -2,51 +2,76 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
+from pathlib import Path
 
 import polars as pl
 
-from .schema import empty_records
+from .rowgroups import ORDER, WindowReader
+from .schema import RECORD_SCHEMA, empty_records
 from .store import SourceEntry, Store, scan_files
 
 
 def _filtered(store: Store, since: datetime | None, until: datetime | None, host: str | None, unit: str | None,
-              pattern: str | None, entries: list[SourceEntry] | None = None) -> pl.LazyFrame:
+              pattern: str | None, entries: list[SourceEntry] | None = None,
+              columns: Sequence[str] | None = None) -> pl.LazyFrame:
     """The records of [since, until) that pass the filters, from the sources of `entries` (one reading of the
     manifest, so that every window of a stream reads the same sources: a source landing meanwhile is in all of
-    them or in none), or of the manifest read now."""
-    entries = store.sources() if entries is None else entries
-    chosen = _overlapping(entries, since, until) if since or until else entries
-    lf = scan_files([store.file("records", e.source_id, e.records_name) for e in chosen], empty_records())
+    them or in none), or of the manifest read now; only `columns` of them when given (the others are not read)."""
+    lf = scan_files(_files(store, since, until, entries), empty_records())
     if since is not None:
         lf = lf.filter(pl.col("ts") >= since)
     if until is not None:
         lf = lf.filter(pl.col("ts") < until)
-    if host:
-        lf = lf.filter(pl.col("host") == host)
-    if unit:
-        lf = lf.filter(pl.col("unit") == unit)
-    if pattern:
-        lf = lf.filter(pl.col("message").str.contains(pattern))
-    return lf
+    keep = _keep(host, unit, pattern)
+    if keep is not None:
+        lf = lf.filter(keep)
+    return lf if columns is None else lf.select(columns)
+
+
+def _files(store: Store, since: datetime | None, until: datetime | None,
+           entries: list[SourceEntry] | None) -> list[Path]:
+    """The records files of the sources (`entries`, or the manifest's now) that may hold a time in [since, until)."""
+    entries = store.sources() if entries is None else entries
+    chosen = _overlapping(entries, since, until) if since or until else entries
+    return [store.file("records", e.source_id, e.records_name) for e in chosen]
+
+
+def _keep(host: str | None, unit: str | None, pattern: str | None) -> pl.Expr | None:
+    """The filters other than time, as one expression (None: none)."""
+    keep = [pl.col("host") == host] if host else []
+    keep += [pl.col("unit") == unit] if unit else []
+    keep += [pl.col("message").str.contains(pattern)] if pattern else []
+    return pl.all_horizontal(keep) if keep else None
 
 
 def timeline_frame(store: Store, since: datetime | None = None, until: datetime | None = None,
                    host: str | None = None, unit: str | None = None, pattern: str | None = None,
-                   untimed: bool = False, entries: list[SourceEntry] | None = None) -> pl.DataFrame:
+                   untimed: bool = False, entries: list[SourceEntry] | None = None,
+                   columns: Sequence[str] | None = None) -> pl.DataFrame:
     """Records in time order (untimed records last, in file order), filtered. `untimed`: only those without
-    a time (the end of a timeline without bounds); `entries`: the sources, as `_filtered` takes them."""
-    # sorting the keys and gathering the rows of one contiguous frame is several times faster than sorting the
-    # frame of many row-group chunks that the scan returns
-    lf = _filtered(store, since, until, host, unit, pattern, entries)
+    a time (the end of a timeline without bounds); `entries`, `columns`: as `_filtered` takes them."""
+    lf = _filtered(store, since, until, host, unit, pattern, entries, _with_order(columns))
     if untimed:
         lf = lf.filter(pl.col("ts").is_null())
-    df = lf.collect().rechunk()
-    return df[df.select(pl.arg_sort_by(["ts", "path", "line"], nulls_last=True)).to_series()]
+    return _in_order(lf.collect(), columns)
+
+
+def _with_order(columns: Sequence[str] | None) -> list[str] | None:
+    """`columns` and the order's columns (None: every column)."""
+    return None if columns is None else [*columns, *(c for c in ORDER if c not in columns)]
+
+
+def _in_order(df: pl.DataFrame, columns: Sequence[str] | None) -> pl.DataFrame:
+    """`df` in timeline order (nulls last), `columns` of it. Sorting the keys and gathering the rows of one
+    contiguous frame is several times faster than sorting the frame of many row-group chunks that a scan returns."""
+    df = df.rechunk()
+    df = df[df.select(pl.arg_sort_by(list(ORDER), nulls_last=True)).to_series()]
+    return df if columns is None or len(columns) == df.width else df.select(columns)
 
 
 WINDOW = timedelta(hours=1)      # a long timeline is read this much at a time ...
@@ -84,13 +109,16 @@ def timeline_windows(since: datetime, until: datetime) -> list[tuple[datetime, d
 
 
 def timeline_stream(store: Store, since: datetime | None = None, until: datetime | None = None,
-                    host: str | None = None, unit: str | None = None, pattern: str | None = None) -> TimelineStream:
+                    host: str | None = None, unit: str | None = None, pattern: str | None = None,
+                    columns: Sequence[str] | None = None) -> TimelineStream:
     """The timeline of [since, until) a window at a time: records are ordered by time first, so each window's
     records, in order, follow the previous window's (memory holds two windows, the one written and the next
-    being read, and the first rows come at once). A bound not given is the first or last time of the records
+    being read, and the rows of row groups read for windows to come: `rowgroups.WindowReader`; the first rows
+    come at once). A bound not given is the first or last time of the records
     (read from the store); with neither, the records without a time follow, as `timeline_frame` puts them.
     The manifest is read once: every window, the span and the widths read the same sources and files (a
-    replaced file stays on disk for the manifest's grace period, store.SUPERSEDED_GRACE)."""
+    replaced file stays on disk for the manifest's grace period, store.SUPERSEDED_GRACE). `columns`: only these
+    are read into the frames (a table needs 7 of the 18)."""
     entries = store.sources()
     whole = _filtered(store, since, until, host, unit, pattern, entries)
     lo, hi = since, until
@@ -102,12 +130,22 @@ def timeline_stream(store: Store, since: datetime | None = None, until: datetime
         hi = (last + timedelta(microseconds=1) if last is not None else None) if hi is None else hi
 
     def frames() -> Iterator[pl.DataFrame]:
-        reads: list[Callable[[], pl.DataFrame]] = [
-            partial(timeline_frame, store, a, b, host, unit, pattern, entries=entries)
-            for a, b in (timeline_windows(lo, hi) if lo is not None and hi is not None else [])]
+        windows = timeline_windows(lo, hi) if lo is not None and hi is not None else []
+        reads: list[Callable[[], pl.DataFrame]] = []
+        if windows:  # each row group is decoded once, by the first window it overlaps
+            reader = WindowReader(_files(store, lo, hi, entries), windows, _keep(host, unit, pattern),
+                                  columns or list(RECORD_SCHEMA))
+
+            def window(k: int) -> pl.DataFrame:
+                df = reader.read(k)
+                return df if columns is None or len(columns) == df.width else df.select(columns)
+
+            reads += [partial(window, k) for k in range(len(windows))]
         if since is None and until is None:
-            reads.append(partial(timeline_frame, store, None, None, host, unit, pattern, untimed=True, entries=entries))
-        # the next window is read while this one is written (polars reads without holding the interpreter)
+            reads.append(partial(timeline_frame, store, None, None, host, unit, pattern, untimed=True, entries=entries,
+                                 columns=columns))
+        # the next window is read while this one is written (polars reads without holding the interpreter); the
+        # reads run one after the other, in order, as the reader needs
         with ThreadPoolExecutor(1, thread_name_prefix="timeline") as pool:
             ahead: Future | None = None
             for k, read in enumerate(reads):

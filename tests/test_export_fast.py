@@ -156,3 +156,34 @@ def test_timesketch_records_match_the_row_path(rows: list) -> None:
     buf = io.StringIO()
     w = write_rows(df, "timesketch", buf, "records")
     assert (buf.getvalue(), w.rows, w.skipped) == _row_path_timesketch(df)
+
+
+def _row_path_table(df) -> str:  # noqa: ANN001
+    import forensics.export as export
+
+    host_w, who_w = export.table_widths(export.longest(df, "host"), export.longest(df, "ident"))
+    return (f"{'TIME (UTC)':<24} {'HOST':<{host_w}} {'SOURCE':<{who_w}} MESSAGE\n"
+            + "".join(export._record_row(r, host_w, who_w) for r in row_dicts(df, "records")))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(-10**12, 10**12), st.integers(0, 5 * 10**6)),
+                          st.sampled_from(["exact", "year_inferred", "zone_assumed", "boot_anchored", "none"]),
+                          _text, _text, st.one_of(st.none(), st.integers(0, 10**6)), _text,
+                          st.one_of(_text, st.text(alphabet=" -~az09", max_size=30)), _text,
+                          st.one_of(st.none(), st.integers(1, 10**6))), max_size=15),
+       st.sampled_from([100_000, 4, 1]))
+def test_record_table_matches_the_row_path_on_any_rows(rows: list, slice_rows: int) -> None:
+    """Printable ASCII messages (written as they are) and any others, times within seconds of each other (their
+    seconds formatted once) and far apart (formatted row by row), nulls, in slices of any size."""
+    import forensics.export as export
+
+    df = _ts_frame(rows)
+    buf = io.StringIO()
+    saved = export.VECTOR_SLICE
+    export.VECTOR_SLICE = slice_rows
+    try:
+        assert write_rows(df, "table", buf, "records").rows == len(rows)
+    finally:
+        export.VECTOR_SLICE = saved
+    assert buf.getvalue() == _row_path_table(df)

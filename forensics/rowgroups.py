@@ -1,0 +1,150 @@
+"""A span of stored records read a window at a time, each Parquet row group decoded once.
+
+A timeline of a day is read in windows of an hour (memory holds a window, not the day). Reading each window
+with its own filtered scan decodes every row group that overlaps it, and a row group of 65,536 records spans
+about an hour of a busy file: on a store of ten million records a day's 24 windows decoded 13.6 M rows to
+return 4.2 M. Here each row group is read once, when the first window it overlaps comes; its records of later
+windows wait in memory for theirs (a row group or so per file).
+
+Which row groups overlap a window is read from the files' footers (the `ts` column's min and max, which the
+store writes); a row group without them is read with the first window. The caller asks for the windows in
+order: each one starts where the last ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+
+ORDER = ("ts", "path", "line")  # a timeline's order: time, then where in which file
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_UNBOUNDED = (-(2**63), 2**63 - 1)
+
+
+def micros(t: datetime) -> int:
+    """Microseconds since the epoch (an aware datetime)."""
+    return (t - _EPOCH) // _ONE_MICROSECOND
+
+
+_ONE_MICROSECOND = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=timezone.utc) - _EPOCH
+
+
+@dataclass(frozen=True)
+class Group:
+    """One row group: its first row in the file, its rows, and the span of its times in microseconds
+    (None: no time in it at all)."""
+
+    first: int
+    rows: int
+    span: tuple[int, int] | None
+
+
+def groups(path: Path) -> list[Group]:
+    """The row groups of a records file, from its footer. A group whose `ts` statistics are missing or in a unit
+    other than microseconds is given an unbounded span (it is read with the first window)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    at = names.index("ts") if "ts" in names else None
+    micro = at is not None and "MICROS" in str(meta.schema.column(at).logical_type).upper()
+    out, first = [], 0
+    for k in range(meta.num_row_groups):
+        rg = meta.row_group(k)
+        stats = rg.column(at).statistics if at is not None else None
+        if stats is not None and stats.null_count == rg.num_rows:
+            span = None
+        elif micro and stats is not None and stats.has_min_max:
+            span = (int(stats.min_raw), int(stats.max_raw))
+        else:
+            span = _UNBOUNDED
+        out.append(Group(first, rg.num_rows, span))
+        first += rg.num_rows
+    return out
+
+
+@dataclass
+class _File:
+    path: Path
+    groups: list[Group]
+    unread: list[bool]
+
+
+class WindowReader:
+    """Reads `windows` (contiguous, in order) of `paths` one after the other: `read(k)` returns the records of
+    window k that pass `keep` (an expression over the records), `columns` of them and the order's, in ORDER. Rows
+    read for a later window are set aside for it when they are read (each row is looked at once)."""
+
+    def __init__(self, paths: Sequence[Path], windows: Sequence[tuple[datetime, datetime]], keep: pl.Expr | None,
+                 columns: Sequence[str]):
+        self._files = [_File(p, gs, [True] * len(gs)) for p in paths for gs in [groups(p)]]
+        self._windows = list(windows)
+        self._starts = pl.Series([micros(a) for a, _ in windows], dtype=pl.Int64)
+        ts = pl.col("ts")
+        span = (ts >= windows[0][0]) & (ts < windows[-1][1]) if windows else pl.lit(False)
+        self._in_span = span if keep is None else span & keep
+        self._columns = [*columns, *(c for c in ORDER if c not in columns)]
+        self._due: dict[int, list[pl.DataFrame]] = {}  # window -> rows read for it ahead of time
+        self._next = 0
+
+    def read(self, k: int) -> pl.DataFrame:
+        """Window k's records, in order (k is the window after the one read last)."""
+        if k != self._next:
+            raise ValueError(f"window {k} asked for after window {self._next - 1}: windows are read in order")
+        self._next += 1
+        a, b = self._windows[k]
+        lo, hi = micros(a), micros(b)
+        plans = [pl.scan_parquet(str(f.path)).slice(first, rows).filter(self._in_span).select(self._columns)
+                 for f in self._files for first, rows in _runs(f, lo, hi)]
+        parts = self._due.pop(k, [])
+        for df in pl.collect_all(plans) if plans else []:
+            if df.height == 0:
+                continue
+            if df.get_column("ts").dt.epoch("us").max() < hi:
+                parts.append(df)
+                continue
+            at = (self._starts.search_sorted(df.get_column("ts").dt.epoch("us"), "right") - 1).clip(k)
+            for (j,), part in df.with_columns(at.alias("_window")).partition_by("_window", as_dict=True).items():
+                (parts if j == k else self._due.setdefault(j, [])).append(part.drop("_window"))
+        if not parts:
+            return pl.DataFrame(schema=self._schema())
+        return in_order(parts)
+
+    def _schema(self) -> dict[str, pl.DataType]:
+        from .schema import RECORD_SCHEMA
+
+        return {c: RECORD_SCHEMA[c] for c in self._columns}
+
+
+def in_order(parts: Sequence[pl.DataFrame]) -> pl.DataFrame:
+    """The rows of `parts` in ORDER. Where each part holds one path (as a part read from one file does), the
+    paths are sorted here and the rows by (time, the path's rank, line): integers sort three times faster than
+    the paths' text."""
+    one = all(p.height and p.get_column("path").null_count() == 0
+              and (p.get_column("path") == p.get_column("path")[0]).all() for p in parts)
+    if not one:
+        df = pl.concat(parts, how="vertical").rechunk()
+        return df[df.select(pl.arg_sort_by(list(ORDER), nulls_last=True)).to_series()]
+    rank = {path: k for k, path in enumerate(sorted({p.get_column("path")[0] for p in parts}))}
+    df = pl.concat([p.with_columns(pl.lit(rank[p.get_column("path")[0]], pl.UInt32).alias("_rank")) for p in parts],
+                   how="vertical").rechunk()
+    return df.drop("_rank")[df.select(pl.arg_sort_by(["ts", "_rank", "line"], nulls_last=True)).to_series()]
+
+
+def _runs(f: _File, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The unread row groups of `f` that overlap [lo, hi) (microseconds), marked read, as runs of consecutive
+    groups: (first row, rows)."""
+    runs: list[tuple[int, int]] = []
+    for k, g in enumerate(f.groups):
+        if not f.unread[k] or g.span is None or g.span[1] < lo or g.span[0] >= hi:
+            continue
+        f.unread[k] = False
+        if runs and runs[-1][0] + runs[-1][1] == g.first:
+            runs[-1] = (runs[-1][0], runs[-1][1] + g.rows)
+        else:
+            runs.append((g.first, g.rows))
+    return runs
