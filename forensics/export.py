@@ -252,7 +252,7 @@ def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int) -
     (nearly every row; 4.2 M records of a busy day are formatted in about a second); any other message is cut to
     its first line with `[+N lines]`, and a row with a character to escape is made by `_record_fields`."""
     frame = conform(df, RECORD_SCHEMA)
-    odd_names = [pl.col(c).is_in(bad) for c in ("host", "ident", "unit") if (bad := _odd_values(frame, c))]
+    odd_names = _odd_names(frame)
     chunks = list(frame.iter_slices(VECTOR_SLICE))
     for i in range(0, len(chunks), VECTOR_AT_ONCE):
         group = chunks[i:i + VECTOR_AT_ONCE]
@@ -264,10 +264,19 @@ def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int) -
     return frame.height
 
 
-def _odd_values(df: pl.DataFrame, col: str) -> list[str]:
-    """The values of a name column with a character the table escapes (few: the column's distinct values are read)."""
-    values = df.get_column(col).unique().drop_nulls()
-    return sorted(values.filter(values.str.contains(_ODD_NAME)).to_list())
+def _odd_names(df: pl.DataFrame) -> list[pl.Expr]:
+    """Expressions true on the rows whose host, or ident (unit where the ident is empty), has a character the
+    table escapes. Names are few: their distinct values are checked, and a unit only where it is shown."""
+    ident = pl.col("ident")
+    shown = {"host": pl.col("host"), "ident": ident, "unit": pl.col("unit").filter(ident.is_null() | (ident == ""))}
+    distinct = df.lazy().select(*(v.unique().drop_nulls().implode().alias(c) for c, v in shown.items())).collect()
+    out = []
+    for c in shown:
+        values = distinct.get_column(c)[0]
+        bad = values.filter(values.str.contains(_ODD_NAME))
+        if bad.len():
+            out.append(pl.col(c).is_in(bad.to_list()))
+    return out
 
 
 def _time_field(df: pl.DataFrame) -> pl.Expr:
