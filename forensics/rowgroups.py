@@ -15,22 +15,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import polars as pl
 
 ORDER = ("ts", "path", "line")  # a timeline's order: time, then where in which file
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_ONE_MICROSECOND = timedelta(microseconds=1)
 _UNBOUNDED = (-(2**63), 2**63 - 1)
 
 
 def micros(t: datetime) -> int:
     """Microseconds since the epoch (an aware datetime)."""
     return (t - _EPOCH) // _ONE_MICROSECOND
-
-
-_ONE_MICROSECOND = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=timezone.utc) - _EPOCH
 
 
 @dataclass(frozen=True)
