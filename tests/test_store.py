@@ -92,18 +92,23 @@ def test_killed_ingest_leaves_the_store_as_before(tmp_path: Path) -> None:
     s = tmp_path / "s"
     assert subprocess.run(_cli(s, "ingest", str(small)), capture_output=True).returncode == 0
     before = (s / "manifest.json").read_text()
-    killed = 0
+    killed = 0  # kills before the commit: the store must be as it was
     for delay in (0.3, 0.8, 1.5):
         p = subprocess.Popen(_cli(s, "ingest", str(big)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(delay)
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
-            killed += 1
         p.wait()
         if p.returncode == 0:
             break
-        assert (s / "manifest.json").read_text() == before
         store = Store(s)
+        if (s / "manifest.json").read_text() != before:
+            # killed after its commit, while the process was finishing (the last 0.1 s of a 1.7 s ingest): the
+            # source is there whole, never in part
+            assert sorted(e.path for e in store.sources()) == sorted([str(small), str(big)])
+            assert records(store).height == 2000 + 2000 * 600
+            break
+        killed += 1
         assert [e.path for e in store.sources()] == [str(small)]
         assert records(store).height == 2000
     assert killed >= 1
