@@ -190,7 +190,7 @@ def sources(ctx: click.Context, as_json: bool) -> None:
 def timeline(ctx: click.Context, since: str | None, until: str | None, host: str | None, unit: str | None,
              pattern: str | None, tz: str, as_json: bool, out_format: str) -> None:
     """The merged chronological view of every source, with path:line on every row."""
-    from .export import RECORD_FIELDS, TABLE_FIELDS
+    from .export import RECORD_FIELDS, TABLE_FIELDS, with_plain
     from .query import timeline_stream
 
     if pattern is not None:
@@ -202,7 +202,9 @@ def timeline(ctx: click.Context, since: str | None, until: str | None, host: str
     fmt = "json" if as_json else out_format
     lo, hi = parse_when(since, tz), parse_when(until, tz)
     columns = TABLE_FIELDS if fmt == "table" else RECORD_FIELDS  # only what is written is read
-    _write_stream(timeline_stream(get_store(ctx), lo, hi, host, unit, pattern, columns), fmt)
+    tl = timeline_stream(get_store(ctx), lo, hi, host, unit, pattern, columns,
+                         prepare=with_plain if fmt == "table" else None)  # the table's check, where a window is read
+    _write_stream(tl, fmt)
 
 
 def _write_stream(tl, fmt: str) -> None:  # noqa: ANN001 - a query.TimelineStream

@@ -252,6 +252,8 @@ def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int) -
     (nearly every row; 4.2 M records of a busy day are formatted in about a second); any other message is cut to
     its first line with `[+N lines]`, and a row with a character to escape is made by `_record_fields`."""
     frame = conform(df, RECORD_SCHEMA)
+    if _PLAIN in df.columns:
+        frame = frame.with_columns(df.get_column(_PLAIN))
     odd_names = _odd_names(frame)
     chunks = list(frame.iter_slices(VECTOR_SLICE))
     for i in range(0, len(chunks), VECTOR_AT_ONCE):
@@ -262,6 +264,24 @@ def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int) -
         for chunk, got in zip(group, built):
             _write_fields(_mend_fields(chunk, got, host_w, who_w), out)
     return frame.height
+
+
+_PLAIN = "_plain"
+
+
+def with_plain(df: pl.DataFrame) -> pl.DataFrame:
+    """`df` (records) with `_plain`: whether the table writes the message as it is (printable ASCII, or none). A
+    timeline computes it where each window is read, off the thread that writes the one before."""
+    return df.with_columns(_plain_messages(df.get_column("message")).alias(_PLAIN))
+
+
+def _plain_messages(message: pl.Series) -> pl.Series:
+    """Printable ASCII or empty, row by row: pyarrow's check, a pass at memory speed (polars' regex engine takes
+    four times as long for the character class)."""
+    import pyarrow.compute as pc
+
+    printable = pl.Series(pc.ascii_is_printable(message.to_arrow()), dtype=pl.Boolean)
+    return printable.fill_null(True) | (message.str.len_bytes() == 0)
 
 
 def _odd_names(df: pl.DataFrame) -> list[pl.Expr]:
@@ -308,12 +328,9 @@ def _name_fields(host_w: int, who_w: int) -> list[pl.Expr]:
 
 def _mend_fields(chunk: pl.DataFrame, got: pl.DataFrame, host_w: int, who_w: int) -> pl.DataFrame:
     """`got`'s fields (`t`, `h`, `w`, `m`), with the rows the plain build does not write as `_record_row` does
-    mended: a message that is not printable ASCII (pyarrow's check, a pass at memory speed), or a name to escape."""
-    import pyarrow.compute as pc
-
-    message = chunk.get_column("message")
-    plain = pl.Series(pc.ascii_is_printable(message.to_arrow()), dtype=pl.Boolean)
-    redo = (~plain.fill_null(True) & (message.str.len_bytes() > 0)) | got.get_column("o")
+    mended: a message that is not printable ASCII (see `with_plain`), or a name to escape."""
+    plain = chunk.get_column(_PLAIN) if _PLAIN in chunk.columns else _plain_messages(chunk.get_column("message"))
+    redo = ~plain | got.get_column("o")
     fields = got.select("t", "h", "w", "m")
     at = redo.arg_true()
     if at.len() == 0:

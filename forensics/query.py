@@ -110,7 +110,8 @@ def timeline_windows(since: datetime, until: datetime) -> list[tuple[datetime, d
 
 def timeline_stream(store: Store, since: datetime | None = None, until: datetime | None = None,
                     host: str | None = None, unit: str | None = None, pattern: str | None = None,
-                    columns: Sequence[str] | None = None) -> TimelineStream:
+                    columns: Sequence[str] | None = None,
+                    prepare: Callable[[pl.DataFrame], pl.DataFrame] | None = None) -> TimelineStream:
     """The timeline of [since, until) a window at a time: records are ordered by time first, so each window's
     records, in order, follow the previous window's (memory holds two windows, the one written and the next
     being read, and the rows of row groups read for windows to come: `rowgroups.WindowReader`; the first rows
@@ -118,7 +119,8 @@ def timeline_stream(store: Store, since: datetime | None = None, until: datetime
     (read from the store); with neither, the records without a time follow, as `timeline_frame` puts them.
     The manifest is read once: every window, the span and the widths read the same sources and files (a
     replaced file stays on disk for the manifest's grace period, store.SUPERSEDED_GRACE). `columns`: only these
-    are read into the frames (a table needs 7 of the 18)."""
+    are read into the frames (a table needs 7 of the 18); `prepare`: applied to each frame where it is read, in
+    the reading thread (work taken off the thread that writes)."""
     entries = store.sources()
     whole = _filtered(store, since, until, host, unit, pattern, entries)
     lo, hi = since, until
@@ -144,6 +146,8 @@ def timeline_stream(store: Store, since: datetime | None = None, until: datetime
         if since is None and until is None:
             reads.append(partial(timeline_frame, store, None, None, host, unit, pattern, untimed=True, entries=entries,
                                  columns=columns))
+        if prepare is not None:
+            reads = [partial(_prepared, read, prepare) for read in reads]
         # the next window is read while this one is written (polars reads without holding the interpreter); the
         # reads run one after the other, in order, as the reader needs
         with ThreadPoolExecutor(1, thread_name_prefix="timeline") as pool:
@@ -154,6 +158,10 @@ def timeline_stream(store: Store, since: datetime | None = None, until: datetime
                 yield now
 
     return TimelineStream(frames=frames(), _whole=whole)
+
+
+def _prepared(read: Callable[[], pl.DataFrame], prepare: Callable[[pl.DataFrame], pl.DataFrame]) -> pl.DataFrame:
+    return prepare(read())
 
 
 def _overlapping(entries: list[SourceEntry], since: datetime | None, until: datetime | None) -> list[SourceEntry]:
