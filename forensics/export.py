@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any, BinaryIO, Literal, TextIO
 
 import polars as pl
@@ -385,16 +386,21 @@ def _utf8_buffer(out: TextIO) -> BinaryIO | None:
     return raw
 
 
-def _write_fields(fields: pl.DataFrame, out: TextIO) -> None:
-    """Rows of string fields joined by spaces, unquoted: by polars straight into `out`'s binary buffer when it
-    has one (no copy of the text in between), else through bytes."""
+def _polars_write(out: TextIO, write: Callable[[BinaryIO], object]) -> None:
+    """What polars' `write` writes, straight into `out`'s binary buffer when it has one that takes UTF-8 (no copy
+    of the text in between), else through bytes."""
     raw = _utf8_buffer(out)
     if raw is not None:
-        fields.write_csv(raw, include_header=False, separator=" ", quote_style="never")
+        write(raw)
         return
     buf = io.BytesIO()
-    fields.write_csv(buf, include_header=False, separator=" ", quote_style="never")
+    write(buf)
     out.write(buf.getvalue().decode("utf-8"))
+
+
+def _write_fields(fields: pl.DataFrame, out: TextIO) -> None:
+    """Rows of string fields joined by spaces, unquoted."""
+    _polars_write(out, partial(fields.write_csv, include_header=False, separator=" ", quote_style="never"))
 
 
 def _write_records_vectorised(df: pl.DataFrame, fmt: str, out: TextIO) -> int:
@@ -419,19 +425,16 @@ def write_record_stream(frames: Iterable[pl.DataFrame], fmt: str, out: TextIO) -
         for chunk in frame.iter_slices(VECTOR_SLICE if fmt != "json" else max(1, VECTOR_SLICE // 4)):
             if chunk.height == 0:
                 continue
-            raw = _utf8_buffer(out) if fmt != "json" else None
-            buf = io.BytesIO() if raw is None else raw  # straight into the output's buffer when it has one
             if fmt == "csv":
-                chunk.write_csv(buf, include_header=False)
-            else:
+                _polars_write(out, partial(chunk.write_csv, include_header=False))
+            elif fmt == "jsonl":
+                _polars_write(out, chunk.write_ndjson)
+            else:  # `[`, then each line as `\n  {...},` but the last, then `\n]`
+                buf = io.BytesIO()
                 chunk.write_ndjson(buf)
+                data = buf.getvalue().removesuffix(b"\n").replace(b"\n", b",\n  ")
+                write_bytes(out, (b"," if n else b"[") + b"\n  " + data)
             n += chunk.height
-            if raw is not None:
-                continue
-            data = buf.getvalue()
-            if fmt == "json":  # `[`, then each line as `\n  {...},` but the last, then `\n]`
-                data = (b"," if n > chunk.height else b"[") + b"\n  " + data.removesuffix(b"\n").replace(b"\n", b",\n  ")
-            write_bytes(out, data)
     if fmt == "json":
         out.write("\n]\n" if n else "[]\n")
     return n

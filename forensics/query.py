@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from .rowgroups import ORDER, WindowReader
+from .rowgroups import WindowReader, in_order, with_order
 from .schema import RECORD_SCHEMA, empty_records
 from .store import SourceEntry, Store, scan_files
 
@@ -55,23 +55,10 @@ def timeline_frame(store: Store, since: datetime | None = None, until: datetime 
                    columns: Sequence[str] | None = None) -> pl.DataFrame:
     """Records in time order (untimed records last, in file order), filtered. `untimed`: only those without
     a time (the end of a timeline without bounds); `entries`, `columns`: as `_filtered` takes them."""
-    lf = _filtered(store, since, until, host, unit, pattern, entries, _with_order(columns))
+    lf = _filtered(store, since, until, host, unit, pattern, entries, None if columns is None else with_order(columns))
     if untimed:
         lf = lf.filter(pl.col("ts").is_null())
-    return _in_order(lf.collect(), columns)
-
-
-def _with_order(columns: Sequence[str] | None) -> list[str] | None:
-    """`columns` and the order's columns (None: every column)."""
-    return None if columns is None else [*columns, *(c for c in ORDER if c not in columns)]
-
-
-def _in_order(df: pl.DataFrame, columns: Sequence[str] | None) -> pl.DataFrame:
-    """`df` in timeline order (nulls last), `columns` of it. Sorting the keys and gathering the rows of one
-    contiguous frame is several times faster than sorting the frame of many row-group chunks that a scan returns."""
-    df = df.rechunk()
-    df = df[df.select(pl.arg_sort_by(list(ORDER), nulls_last=True)).to_series()]
-    return df if columns is None or len(columns) == df.width else df.select(columns)
+    return in_order([lf.collect()], columns)
 
 
 WINDOW = timedelta(hours=1)      # a long timeline is read this much at a time ...
@@ -137,12 +124,7 @@ def timeline_stream(store: Store, since: datetime | None = None, until: datetime
         if windows:  # each row group is decoded once, by the first window it overlaps
             reader = WindowReader(_files(store, lo, hi, entries), windows, _keep(host, unit, pattern),
                                   columns or list(RECORD_SCHEMA))
-
-            def window(k: int) -> pl.DataFrame:
-                df = reader.read(k)
-                return df if columns is None or len(columns) == df.width else df.select(columns)
-
-            reads += [partial(window, k) for k in range(len(windows))]
+            reads += [partial(reader.read, k) for k in range(len(windows))]
         if since is None and until is None:
             reads.append(partial(timeline_frame, store, None, None, host, unit, pattern, untimed=True, entries=entries,
                                  columns=columns))

@@ -74,8 +74,8 @@ class _File:
 
 class WindowReader:
     """Reads `windows` (contiguous, in order) of `paths` one after the other: `read(k)` returns the records of
-    window k that pass `keep` (an expression over the records), `columns` of them and the order's, in ORDER. Rows
-    read for a later window are set aside for it when they are read (each row is looked at once)."""
+    window k that pass `keep` (an expression over the records), `columns` of them, in ORDER. Rows read for a
+    later window are set aside for it when they are read (each row is looked at once)."""
 
     def __init__(self, paths: Sequence[Path], windows: Sequence[tuple[datetime, datetime]], keep: pl.Expr | None,
                  columns: Sequence[str]):
@@ -85,7 +85,7 @@ class WindowReader:
         ts = pl.col("ts")
         span = (ts >= windows[0][0]) & (ts < windows[-1][1]) if windows else pl.lit(False)
         self._in_span = span if keep is None else span & keep
-        self._columns = [*columns, *(c for c in ORDER if c not in columns)]
+        self._columns = list(columns)
         self._due: dict[int, list[pl.DataFrame]] = {}  # window -> rows read for it ahead of time
         self._next = 0
 
@@ -96,7 +96,7 @@ class WindowReader:
         self._next += 1
         a, b = self._windows[k]
         lo, hi = micros(a), micros(b)
-        plans = [pl.scan_parquet(str(f.path)).slice(first, rows).filter(self._in_span).select(self._columns)
+        plans = [pl.scan_parquet(str(f.path)).slice(first, rows).filter(self._in_span).select(with_order(self._columns))
                  for f in self._files for first, rows in _runs(f, lo, hi)]
         parts = self._due.pop(k, [])
         for df in pl.collect_all(plans) if plans else []:
@@ -104,7 +104,7 @@ class WindowReader:
                 (parts if j == k else self._due.setdefault(j, [])).append(part)
         if not parts:
             return pl.DataFrame(schema=self._schema())
-        return in_order(parts)
+        return in_order(parts, self._columns)
 
     def _cut(self, df: pl.DataFrame, k: int) -> list[tuple[int, pl.DataFrame]]:
         """`df` (rows read now, while window k is read) cut into the windows its rows belong to: slices where its
@@ -127,16 +127,25 @@ class WindowReader:
         return {c: RECORD_SCHEMA[c] for c in self._columns}
 
 
-def in_order(parts: Sequence[pl.DataFrame]) -> pl.DataFrame:
-    """The rows of `parts` in ORDER. Parts read from files each hold one path, in line order, and two parts of
-    a path do not overlap: put in (path, line) order, their rows need only a stable sort by time (one integer key,
-    three times faster than the three keys with the paths' text); other parts are sorted by the three."""
+def with_order(columns: Sequence[str]) -> list[str]:
+    """`columns` and the order's columns, which a read needs to sort."""
+    return [*columns, *(c for c in ORDER if c not in columns)]
+
+
+def in_order(parts: Sequence[pl.DataFrame], columns: Sequence[str] | None = None) -> pl.DataFrame:
+    """The rows of `parts` in ORDER (untimed last), `columns` of them (None: all). Parts read from files each hold
+    one path, in line order, and two parts of a path do not overlap: put in (path, line) order, their rows need
+    only a stable sort by time (one integer key, three times faster than the three keys with the paths' text);
+    other parts are sorted by the three. Sorting the keys and gathering the rows of one contiguous frame is several
+    times faster than sorting a frame of many row-group chunks."""
     ordered = _by_path_and_line(parts)
     if ordered is None:
         df = pl.concat(parts, how="vertical").rechunk()
-        return df[df.select(pl.arg_sort_by(list(ORDER), nulls_last=True)).to_series()]
-    df = (pl.concat(ordered, how="vertical") if len(ordered) > 1 else ordered[0]).rechunk()
-    return df[df.select(pl.arg_sort_by("ts", nulls_last=True, maintain_order=True)).to_series()]
+        df = df[df.select(pl.arg_sort_by(list(ORDER), nulls_last=True)).to_series()]
+    else:
+        df = (pl.concat(ordered, how="vertical") if len(ordered) > 1 else ordered[0]).rechunk()
+        df = df[df.select(pl.arg_sort_by("ts", nulls_last=True, maintain_order=True)).to_series()]
+    return df if columns is None or list(columns) == df.columns else df.select(columns)
 
 
 def _by_path_and_line(parts: Sequence[pl.DataFrame]) -> list[pl.DataFrame] | None:
