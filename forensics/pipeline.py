@@ -6,8 +6,9 @@
            (candidates gathered, the rules run over many batches at once) and stage the batch as an Arrow part
         fix times over the whole source (boots, year, zone) -> stream the parts into Parquet -> commit to the store
     then anchor dmesg monotonic clocks by pairing kernel lines with the journal, and re-commit those sources.
-    The heavy phases of all sources (parse, sink step, flush, streaming write, profile) share one slot per worker
-    (`HEAVY`): memory holds at most that many phases' transient buffers, whatever the input size.
+    The heavy phases of all sources (parse, staging, flush, streaming write, profile) share one slot per worker
+    (`HEAVY`): memory holds at most that many phases' transient buffers, whatever the input size. The prefilter,
+    which holds no such buffer, runs outside them.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ WORKERS = int(os.environ.get("FORENSICS_WORKERS", "0")) or min(2, os.cpu_count()
 LANDING = threading.Lock()
 BATCH_BYTES = 4 << 20  # bytes of input per batch: bounds memory (records, matching, parts) whatever the size
 # The phases of all sources that hold transient buffers share one slot per worker: a batch's parse (with its
-# normalise), its sink step or a matching flush takes one; a source's streaming write of its records and a landed
+# normalise), its staging or a matching flush takes one (its prefilter none: see `_Sink.put`); a source's streaming write of its records and a landed
 # source's profile take them all (the profiles are computed once every source has landed: a 4 GiB journal's holds
 # about 150 MB, its 285 k units' counts merged, on top of whatever else is held). A flush taking them all waited
 # for the slot in use to be given back, and a core idled meanwhile (3 s of a 1 GiB ingest); with the write
@@ -354,9 +355,12 @@ class _Sink:
         self.unparsed = 0
 
     def put(self, recs: pl.DataFrame) -> None:
+        # the prefilter outside the slots: one pass over the batch's messages that keeps only its few candidates
+        # (no buffer of the batch's size), so it runs beside the other phases on a core that would idle: a 1 GiB
+        # ingest 16.9 -> 16.2 s (medians of eight alternating pairs), at the same peak (4 GiB: 366 MiB)
+        due = self.matcher.keep(recs) if self.matcher else False  # it reads only the record columns
         with HEAVY.hold():
             self.unparsed += _unparsed(recs, self.det)
-            due = self.matcher.keep(recs) if self.matcher else False  # it reads only the record columns
             part = self.staging / f"part-{len(self.parts):05d}.arrow"
             if self.schema is None:
                 self.schema = recs.schema
