@@ -70,6 +70,7 @@ class _File:
     path: Path
     groups: list[Group]
     unread: list[bool]
+    scan: pl.LazyFrame  # one scan per file: the plans of every window share what polars read of its footer
 
 
 class WindowReader:
@@ -79,7 +80,7 @@ class WindowReader:
 
     def __init__(self, paths: Sequence[Path], windows: Sequence[tuple[datetime, datetime]], keep: pl.Expr | None,
                  columns: Sequence[str]):
-        self._files = [_File(p, gs, [True] * len(gs)) for p in paths for gs in [groups(p)]]
+        self._files = [_File(p, gs, [True] * len(gs), pl.scan_parquet(str(p))) for p in paths for gs in [groups(p)]]
         self._windows = list(windows)
         self._starts = pl.Series([micros(a) for a, _ in windows], dtype=pl.Int64)
         ts = pl.col("ts")
@@ -96,7 +97,7 @@ class WindowReader:
         self._next += 1
         a, b = self._windows[k]
         lo, hi = micros(a), micros(b)
-        plans = [pl.scan_parquet(str(f.path)).slice(first, rows).filter(self._in_span).select(with_order(self._columns))
+        plans = [f.scan.slice(first, rows).filter(self._in_span).select(with_order(self._columns))
                  for f in self._files for first, rows in _runs(f, lo, hi)]
         parts = self._due.pop(k, [])
         for df in pl.collect_all(plans) if plans else []:
