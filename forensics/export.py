@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -391,11 +392,28 @@ def _polars_write(out: TextIO, write: Callable[[BinaryIO], object]) -> None:
     of the text in between), else through bytes."""
     raw = _utf8_buffer(out)
     if raw is not None:
-        write(raw)
+        try:
+            write(raw)
+        except OSError as e:
+            raise _with_errno(e) from e
         return
     buf = io.BytesIO()
     write(buf)
     out.write(buf.getvalue().decode("utf-8"))
+
+
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def _with_errno(e: OSError) -> OSError:
+    """An I/O error polars raised, as Python raises it: polars' errors carry the OS's error number only in their
+    text ("Broken pipe (os error 32)"), so `forensics timeline | head` ended in a traceback, where click ends a
+    command quietly on a `BrokenPipeError`."""
+    found = _OS_ERROR.search(str(e)) if e.errno is None else None
+    if found is None:
+        return e
+    n = int(found.group(1))
+    return OSError(n, os.strerror(n))   # the subclass of that number: BrokenPipeError for EPIPE
 
 
 def _write_fields(fields: pl.DataFrame, out: TextIO) -> None:

@@ -554,3 +554,29 @@ def test_nul_hole_memory_stays_bounded(tmp_path: Path) -> None:
         f"a {size >> 20} MiB NUL hole took {big.maxrss_mb:.0f} MiB, a 1 MiB one {small.maxrss_mb:.0f} MiB")
     landed = {Path(s["path"]).name: s for s in sources_json(tmp_path / "store")}
     assert landed["big-hole.log"]["lines"] == 3 and "NUL" in " ".join(landed["big-hole.log"]["notes"])
+
+
+@pytest.mark.parametrize("fmt", ["table", "jsonl", "csv", "json"])
+def test_a_reader_that_stops_early_ends_the_timeline_quietly(tmp_path: Path, fmt: str) -> None:
+    """`forensics timeline | head`: once the reader has closed the pipe, the command stops with exit 1 and no
+    traceback, as click ends a command on a broken pipe (polars' own writes report it only in their text)."""
+    log = tmp_path / "big.log"
+    log.write_text(journal_lines(20_000, "p"))
+    store = tmp_path / "s"
+    assert subprocess.run(cli(store, "ingest", str(log)), capture_output=True).returncode == 0
+    p = subprocess.Popen(cli(store, "timeline", "--format", fmt), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    assert len(p.stdout.read(100)) == 100
+    p.stdout.close()   # the output is 2 MB: the writer meets the closed pipe
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 1
+    assert "Traceback" not in err and "Broken pipe" not in err, err
+
+
+def test_polars_io_errors_get_their_number() -> None:
+    from forensics.export import _with_errno
+
+    got = _with_errno(OSError("Broken pipe (os error 32)"))
+    assert isinstance(got, BrokenPipeError) and got.errno == 32
+    other = OSError("something else")
+    assert _with_errno(other) is other
