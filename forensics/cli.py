@@ -85,6 +85,17 @@ def get_store(ctx: click.Context) -> Store:
     return Store(ctx.obj["store"])
 
 
+def existing_store(path: str | None) -> Store:
+    """The store at `path` (None: the default), or exit 2 saying there is none: a mistyped `--store` must not
+    read as a store without records (an empty timeline, no sources, no incident)."""
+    store = Store(path) if path else Store()
+    if not store.exists():
+        click.echo(f"error: no store at {store.path}; ingest logs first: forensics --store {store.path} ingest PATH",
+                   err=True)
+        sys.exit(2)
+    return store
+
+
 @main.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(sorted(FORMATS)), help="Force a format (default: detect).")
@@ -167,7 +178,7 @@ def sources(ctx: click.Context, as_json: bool) -> None:
     """List the sources in the store."""
     from dataclasses import asdict
 
-    entries = get_store(ctx).sources()
+    entries = existing_store(ctx.obj["store"]).sources()
     if as_json:
         click.echo(json.dumps([asdict(e) for e in entries], indent=1, sort_keys=True))
         return
@@ -202,7 +213,7 @@ def timeline(ctx: click.Context, since: str | None, until: str | None, host: str
     fmt = "json" if as_json else out_format
     lo, hi = parse_when(since, tz), parse_when(until, tz)
     columns = TABLE_FIELDS if fmt == "table" else RECORD_FIELDS  # only what is written is read
-    tl = timeline_stream(get_store(ctx), lo, hi, host, unit, pattern, columns,
+    tl = timeline_stream(existing_store(ctx.obj["store"]), lo, hi, host, unit, pattern, columns,
                          prepare=with_plain if fmt == "table" else None)  # the table's check, where a window is read
     _write_stream(tl, fmt)
 
@@ -255,7 +266,7 @@ def rescan(ctx: click.Context, rules_dirs: tuple[str, ...]) -> None:
         click.echo(f"warning: {t.describe()}", err=True)
 
     try:
-        n = run(get_store(ctx), IngestOptions(rules_dirs=rules_dirs), on_timeout=warn)
+        n = run(existing_store(ctx.obj["store"]), IngestOptions(rules_dirs=rules_dirs), on_timeout=warn)
     except RulePackError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)

@@ -38,15 +38,12 @@ def register(group: click.Group) -> None:
         from .configreview import KnowledgeError
         from .correlate import CorrelationError
         from .rulepacks import RulePackError
-        from .store import Store, StoreError
+        from .cli import existing_store
+        from .store import StoreError
 
         if date is not None and not (len(date) == 10 and date[4] == "-" and date[7] == "-"):
             raise click.BadParameter(f"{date!r} is not a date; use YYYY-MM-DD, e.g. 2025-05-25", param_hint="--date")
-        store = Store(ctx.obj["store"])
-        if not store.exists():
-            click.echo(f"error: no store at {store.path}; ingest logs first: forensics --store {store.path} ingest PATH",
-                       err=True)
-            sys.exit(2)
+        store = existing_store(ctx.obj["store"])
         try:
             # the listing needs only what ids take (no events, configuration or environment): skeletons
             found = find_incidents(store, [s for s in (spec, date) if s], gap, full=as_json)

@@ -92,11 +92,10 @@ def report(ctx: click.Context, spec: str, fmt: str, output: Path | None, redact:
                                  param_hint="--tz") from e
     stamp = _generated_at(generated_at)
 
+    from forensics.cli import existing_store
     from forensics.correlate import resolve_incidents
-    from forensics.store import Store
 
-    store_path = (ctx.obj or {}).get("store") if isinstance(ctx.obj, dict) else None
-    store = Store(store_path)
+    store = existing_store((ctx.obj or {}).get("store") if isinstance(ctx.obj, dict) else None)
     try:
         incidents = resolve_incidents(store, spec)
     except LookupError as e:

@@ -376,16 +376,11 @@ def event_json(e: dict[str, Any]) -> dict[str, Any]:
 
 def open_events(ctx: click.Context) -> pl.LazyFrame:
     """The store's events (EVENT_SCHEMA). Tests replace this function."""
-    from .store import Store
+    from .cli import existing_store
 
     obj = ctx.find_root().obj if ctx.find_root().obj else {}
     path = obj.get("store") if isinstance(obj, dict) else None
-    store = Store(path) if path else Store()
-    if not store.exists():
-        click.echo(f"error: no store at {store.path}; run `forensics ingest FILES` first (or pass --store)",
-                   err=True)
-        sys.exit(2)
-    return store.events()
+    return existing_store(path).events()
 
 
 def _glob(col: str, values: Sequence[str]) -> pl.Expr:

@@ -580,3 +580,19 @@ def test_polars_io_errors_get_their_number() -> None:
     assert isinstance(got, BrokenPipeError) and got.errno == 32
     other = OSError("something else")
     assert _with_errno(other) is other
+
+
+@pytest.mark.parametrize("args", [["timeline"], ["sources"], ["sources", "--json"], ["report", "--incident", "2025-05-25"],
+                                  ["incidents"], ["events"], ["rescan"]])
+def test_a_mistyped_store_is_an_error_not_an_empty_store(tmp_path: Path, args: list[str]) -> None:
+    """Every command that reads the store says there is none (exit 2) rather than answer as an empty store would
+    (an empty timeline, no sources, no incident), and creates nothing."""
+    from click.testing import CliRunner
+
+    from forensics.cli import main
+
+    where = tmp_path / "nowhere"
+    r = CliRunner().invoke(main, ["--store", str(where), *args])
+    assert r.exit_code == 2, r.output
+    assert f"no store at {where}" in r.stderr and r.stdout == ""
+    assert not where.exists()

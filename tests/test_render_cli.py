@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from fixtures.incident_fixture import seed_incident
 
 from forensics import cli_report, sourcefile
+from forensics.store import Store
 
 
 @pytest.fixture
@@ -27,6 +28,8 @@ def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # noqa: ANN201
     stub = types.ModuleType("forensics.correlate")
     stub.resolve_incidents = resolve_incidents  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "forensics.correlate", stub)
+
+    Store(tmp_path / "store").init()   # a store, empty: the incidents come from the stub
 
     @click.group()
     @click.pass_context
