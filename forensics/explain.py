@@ -310,9 +310,14 @@ def _edit_notes(message: str, changes: tuple[list[int], list[int], list[int]]) -
     """Each edit of a fuzzy match (`Match.fuzzy_changes`: the message's positions of the characters in another's
     place, the characters too many, and where one is missing) said with the word it is in and its column."""
     subs, extra, gone = changes
+    # the regex module counts each missing character's position past the ones missing before it (`abcdefghij`
+    # against `abdfhj`: 2, 4, 6, 8 for 2, 3, 4, 5): put back in the message's own positions; any position left
+    # outside the message (the module's other known slips) is held to its ends
+    gone = [p - k for k, p in enumerate(sorted(gone))]
     out = []
     for pos, what in sorted([(p, "a wrong character") for p in subs] + [(p, "a character too many") for p in extra]
                             + [(p, "a character missing") for p in gone]):
+        pos = min(max(pos, 0), len(message))
         out.append(f"{what} in `{_word_at(message, pos)}`, column {pos + 1}")
     return tuple(out)
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forensics import cli_rules
-from forensics.explain import (TYPO_MAX, NearMiss, _word_at, explain, literal_count, near_miss, top_level,
+from forensics.explain import (TYPO_MAX, NearMiss, _edit_notes, _word_at, explain, literal_count, near_miss, top_level,
                                typo_prefix)
 from forensics.parse import parse_text
 from forensics.rulepacks import RuleSet, load_rules
@@ -96,6 +96,19 @@ def test_other_wording_stays_no_match(rules: RuleSet, line: str) -> None:
     assert not any(n.edits for n in rec.near), [n.describe() for n in rec.near]
     if "Failed to start" not in line:
         assert rec.verdict == "no_match"
+
+
+def test_several_missing_characters_are_placed_where_they_are_missing(rules: RuleSet) -> None:
+    """The regex module counts each missing character's position past those missing before it: with three
+    missing, the last was placed two past the end of the line (an IndexError, found by hypothesis)."""
+    line = "[2025-05-25 20:11:52] T server is fired up and ready to rol!"
+    nm = near_miss(rules.get("sglang.server_ready"), line)
+    assert nm is not None and nm.edits == ("a character missing in `T`, column 24",) * 2 + (
+        "a character missing in `rol!`, column 60",)
+    assert _edit_notes("abdfhj", ([], [], [2, 4, 6, 8])) == tuple(
+        f"a character missing in `abdfhj`, column {c}" for c in (3, 4, 5, 6))
+    assert _edit_notes("ab", ([], [], [-1, 7])) == ("a character missing in `ab`, column 1",
+                                                   "a character missing in `ab`, column 3")
 
 
 def test_edits_are_few_for_the_pattern(rules: RuleSet) -> None:
