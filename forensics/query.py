@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from .rowgroups import WindowReader, in_order, with_order
+from .rowgroups import WindowReader, in_order, untimed_reads, with_order
 from .schema import RECORD_SCHEMA, empty_records
 from .store import SourceEntry, Store, scan_files
 
@@ -125,9 +125,11 @@ def timeline_stream(store: Store, since: datetime | None = None, until: datetime
             reader = WindowReader(_files(store, lo, hi, entries), windows, _keep(host, unit, pattern),
                                   columns or list(RECORD_SCHEMA))
             reads += [partial(reader.read, k) for k in range(len(windows))]
-        if since is None and until is None:
-            reads.append(partial(timeline_frame, store, None, None, host, unit, pattern, untimed=True, entries=entries,
-                                 columns=columns))
+        if since is None and until is None:  # the records without a time, a few row groups at a time
+            untimed = untimed_reads(_files(store, None, None, entries), _keep(host, unit, pattern),
+                                    columns or list(RECORD_SCHEMA))
+            reads += untimed if untimed is not None else [partial(
+                timeline_frame, store, None, None, host, unit, pattern, untimed=True, entries=entries, columns=columns)]
         if prepare is not None:
             reads = [partial(_prepared, read, prepare) for read in reads]
         # the next window is read while this one is written (polars reads without holding the interpreter); the

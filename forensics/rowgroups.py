@@ -9,13 +9,18 @@ windows wait in memory for theirs (a row group or so per file).
 Which row groups overlap a window is read from the files' footers (the `ts` column's min and max, which the
 store writes); a row group without them is read with the first window. The caller asks for the windows in
 order: each one starts where the last ended.
+
+A timeline without bounds ends with the records that have no time, in (path, line) order: `untimed_reads` reads
+them a few row groups at a time, file after file in path order (each records file holds one path, in line
+order), instead of all at once (a store's dmesg files are untimed until anchored: a million records).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -33,12 +38,15 @@ def micros(t: datetime) -> int:
 
 @dataclass(frozen=True)
 class Group:
-    """One row group: its first row in the file, its rows, and the span of its times in microseconds
-    (None: no time in it at all)."""
+    """One row group: its first row in the file, its rows, the span of its times in microseconds (None: no time
+    in it at all), how many of its rows have no time (None: unknown), and the one path of its rows (None: not
+    known to be one)."""
 
     first: int
     rows: int
     span: tuple[int, int] | None
+    untimed: int | None = None
+    path: str | None = None
 
 
 def groups(path: Path) -> list[Group]:
@@ -49,6 +57,7 @@ def groups(path: Path) -> list[Group]:
     meta = pq.ParquetFile(path).metadata
     names = [meta.schema.column(i).name for i in range(meta.num_columns)]
     at = names.index("ts") if "ts" in names else None
+    at_path = names.index("path") if "path" in names else None
     micro = at is not None and "MICROS" in str(meta.schema.column(at).logical_type).upper()
     out, first = [], 0
     for k in range(meta.num_row_groups):
@@ -60,9 +69,63 @@ def groups(path: Path) -> list[Group]:
             span = (int(stats.min_raw), int(stats.max_raw))
         else:
             span = _UNBOUNDED
-        out.append(Group(first, rg.num_rows, span))
+        untimed = stats.null_count if stats is not None and stats.has_null_count else None
+        out.append(Group(first, rg.num_rows, span, untimed, _one_value(rg.column(at_path).statistics)
+                         if at_path is not None else None))
         first += rg.num_rows
     return out
+
+
+def _one_value(stats) -> str | None:  # noqa: ANN001 - pyarrow's column statistics, or None
+    """The value of every row of a string column chunk, when its statistics say there is one (no null)."""
+    if stats is None or not stats.has_min_max or not stats.has_null_count or stats.null_count:
+        return None
+    lo, hi = stats.min, stats.max
+    return lo if isinstance(lo, str) and lo == hi else None
+
+
+UNTIMED_ROWS = 262_144  # rows of row groups read at a time for the untimed end of a timeline
+
+
+def untimed_reads(paths: Sequence[Path], keep: pl.Expr | None,
+                  columns: Sequence[str]) -> list[Callable[[], pl.DataFrame]] | None:
+    """The records without a time of the files `paths`, in (path, line) order, as reads of a few row groups each
+    (memory holds one read, not every untimed record: a store's dmesg files are untimed until anchored). Each
+    records file holds one path, in line order; when the footers do not show that every file has one path, and
+    a path of its own, None (the caller reads them all at once and sorts them)."""
+    files = []
+    for p in paths:
+        gs = groups(p)
+        if not gs:  # no records at all
+            continue
+        names = {g.path for g in gs}
+        if len(names) != 1 or None in names:
+            return None
+        files.append((names.pop(), p, gs))
+    if len({name for name, _, _ in files}) != len(files):
+        return None
+    cond = pl.col("ts").is_null() if keep is None else pl.col("ts").is_null() & keep
+    reads: list[Callable[[], pl.DataFrame]] = []
+    for _, p, gs in sorted(files, key=lambda f: f[0]):
+        scan = pl.scan_parquet(str(p))
+        for first, rows in _batched([(g.first, g.rows) for g in gs if g.untimed is None or g.untimed > 0]):
+            reads.append(partial(_collect, scan.slice(first, rows).filter(cond).select(list(columns))))
+    return reads
+
+
+def _batched(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Consecutive (first, rows) runs joined up to UNTIMED_ROWS rows."""
+    out: list[tuple[int, int]] = []
+    for first, rows in runs:
+        if out and out[-1][0] + out[-1][1] == first and out[-1][1] + rows <= UNTIMED_ROWS:
+            out[-1] = (out[-1][0], out[-1][1] + rows)
+        else:
+            out.append((first, rows))
+    return out
+
+
+def _collect(lf: pl.LazyFrame) -> pl.DataFrame:
+    return lf.collect()
 
 
 @dataclass

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forensics.rowgroups import ORDER, WindowReader, groups, in_order
+from forensics import rowgroups
+from forensics.rowgroups import ORDER, WindowReader, groups, in_order, untimed_reads
 from forensics.schema import RECORD_SCHEMA
 
 UTC = timezone.utc
@@ -121,3 +122,37 @@ def test_in_order_ranks_paths_only_where_each_part_has_one() -> None:
     assert in_order([one, two]).rows() == [(t, "a", 9), (t, "b", 1), (t, "b", 2), (t, "c", 0)]
     three = pl.DataFrame({"ts": [t], "path": ["a"], "line": [3]})
     assert in_order([one, three]).rows() == [(t, "a", 3), (t, "b", 1), (t, "b", 2)]
+
+
+def _untimed_expected(files: list[Path], host: str | None) -> pl.DataFrame:
+    lf = pl.scan_parquet([str(f) for f in files]).filter(pl.col("ts").is_null())
+    if host:
+        lf = lf.filter(pl.col("host") == host)
+    return lf.select(COLUMNS).collect().sort(["path", "line"], maintain_order=True)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=st.lists(st.tuples(st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 9)), st.sampled_from(["h1", "h2"])),
+                                         max_size=40), st.integers(1, 9)), min_size=1, max_size=4),
+       host=st.sampled_from([None, "h1"]), rows=st.integers(1, 20))
+def test_untimed_reads_are_the_untimed_end_in_order(tmp_path: Path, files, host: str | None, rows: int,  # noqa: ANN001
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """One path per file (named so that file order is not path order), row groups of 1-9 rows read a few at a
+    time: the reads, one after the other, are the untimed records sorted by (path, line)."""
+    monkeypatch.setattr(rowgroups, "UNTIMED_ROWS", rows)
+    paths = [_file(tmp_path / f"{k}-{len(rs)}-{group}.parquet", [(m, f"z{9 - k}.log", h) for m, h in rs], group)
+             for k, (rs, group) in enumerate(files)]
+    reads = untimed_reads(paths, None if host is None else pl.col("host") == host, COLUMNS)
+    assert reads is not None
+    got = pl.concat([r() for r in reads]) if reads else pl.DataFrame(schema={c: RECORD_SCHEMA[c] for c in COLUMNS})
+    assert got.rows() == _untimed_expected(paths, host).rows()
+
+
+def test_untimed_reads_need_one_path_per_file(tmp_path: Path) -> None:
+    """A file of two paths, or two files of one path, cannot be read file after file in (path, line) order."""
+    two = _file(tmp_path / "two.parquet", [(None, "a.log", "h"), (None, "b.log", "h")], 1)
+    assert untimed_reads([two], None, COLUMNS) is None
+    a = _file(tmp_path / "a.parquet", [(None, "x.log", "h")] * 2, 1)
+    b = _file(tmp_path / "b.parquet", [(None, "x.log", "h")] * 2, 1)
+    assert untimed_reads([a, b], None, COLUMNS) is None
+    assert untimed_reads([a], None, COLUMNS) is not None
