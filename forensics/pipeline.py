@@ -86,9 +86,10 @@ WORKERS = int(os.environ.get("FORENSICS_WORKERS", "0")) or min(2, os.cpu_count()
 LANDING = threading.Lock()
 BATCH_BYTES = 4 << 20  # bytes of input per batch: bounds memory (records, matching, parts) whatever the size
 # The phases of all sources that hold transient buffers share one slot per worker: a batch's parse (with its
-# normalise), its staging or a matching flush takes one (its prefilter none: see `_Sink.put`); a source's streaming write of its records and a landed
-# source's profile take them all (the profiles are computed once every source has landed: a 4 GiB journal's holds
-# about 150 MB, its 285 k units' counts merged, on top of whatever else is held). A flush taking them all waited
+# normalise), its staging or a matching flush takes one (its prefilter none: see `_Sink.put`); a source's
+# streaming write of its records and a landed source's profile take them all (the profiles are computed once
+# every source has landed: a 4 GiB journal's holds about 150 MB, its 285 k units' counts merged, on top of
+# whatever else is held). A flush taking them all waited
 # for the slot in use to be given back, and a core idled meanwhile (3 s of a 1 GiB ingest); with the write
 # alone, a flush never meets it, and the peak is the same (1 GiB: 345-365 MiB, 4 GiB: 369-374 MiB)
 HEAVY = WorkSlots(WORKERS)

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -109,7 +108,7 @@ def untimed_reads(paths: Sequence[Path], keep: pl.Expr | None,
     for _, p, gs in sorted(files, key=lambda f: f[0]):
         scan = pl.scan_parquet(str(p))
         for first, rows in _batched([(g.first, g.rows) for g in gs if g.untimed is None or g.untimed > 0]):
-            reads.append(partial(_collect, scan.slice(first, rows).filter(cond).select(list(columns))))
+            reads.append(scan.slice(first, rows).filter(cond).select(list(columns)).collect)
     return reads
 
 
@@ -123,9 +122,6 @@ def _batched(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
             out.append((first, rows))
     return out
 
-
-def _collect(lf: pl.LazyFrame) -> pl.DataFrame:
-    return lf.collect()
 
 
 @dataclass
