@@ -120,14 +120,13 @@ def timeline_stream(store: Store, since: datetime | None = None, until: datetime
 
     def frames() -> Iterator[pl.DataFrame]:
         windows = timeline_windows(lo, hi) if lo is not None and hi is not None else []
+        keep, read_columns = _keep(host, unit, pattern), columns or list(RECORD_SCHEMA)
         reads: list[Callable[[], pl.DataFrame]] = []
         if windows:  # each row group is decoded once, by the first window it overlaps
-            reader = WindowReader(_files(store, lo, hi, entries), windows, _keep(host, unit, pattern),
-                                  columns or list(RECORD_SCHEMA))
+            reader = WindowReader(_files(store, lo, hi, entries), windows, keep, read_columns)
             reads += [partial(reader.read, k) for k in range(len(windows))]
         if since is None and until is None:  # the records without a time, a few row groups at a time
-            untimed = untimed_reads(_files(store, None, None, entries), _keep(host, unit, pattern),
-                                    columns or list(RECORD_SCHEMA))
+            untimed = untimed_reads(_files(store, None, None, entries), keep, read_columns)
             reads += untimed if untimed is not None else [partial(
                 timeline_frame, store, None, None, host, unit, pattern, untimed=True, entries=entries, columns=columns)]
         if prepare is not None:

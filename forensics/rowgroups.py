@@ -107,21 +107,21 @@ def untimed_reads(paths: Sequence[Path], keep: pl.Expr | None,
     reads: list[Callable[[], pl.DataFrame]] = []
     for _, p, gs in sorted(files, key=lambda f: f[0]):
         scan = pl.scan_parquet(str(p))
-        for first, rows in _batched([(g.first, g.rows) for g in gs if g.untimed is None or g.untimed > 0]):
+        for first, rows in _joined([g for g in gs if g.untimed is None or g.untimed > 0], UNTIMED_ROWS):
             reads.append(scan.slice(first, rows).filter(cond).select(list(columns)).collect)
     return reads
 
 
-def _batched(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Consecutive (first, rows) runs joined up to UNTIMED_ROWS rows."""
-    out: list[tuple[int, int]] = []
-    for first, rows in runs:
-        if out and out[-1][0] + out[-1][1] == first and out[-1][1] + rows <= UNTIMED_ROWS:
-            out[-1] = (out[-1][0], out[-1][1] + rows)
+def _joined(gs: Sequence[Group], most: int | None = None) -> list[tuple[int, int]]:
+    """Row groups (in file order) as runs of consecutive ones, (first row, rows), each of at most `most` rows
+    (None: no bound) unless one group alone holds more."""
+    runs: list[tuple[int, int]] = []
+    for g in gs:
+        if runs and runs[-1][0] + runs[-1][1] == g.first and (most is None or runs[-1][1] + g.rows <= most):
+            runs[-1] = (runs[-1][0], runs[-1][1] + g.rows)
         else:
-            out.append((first, rows))
-    return out
-
+            runs.append((g.first, g.rows))
+    return runs
 
 
 @dataclass
@@ -228,13 +228,10 @@ def _by_path_and_line(parts: Sequence[pl.DataFrame]) -> list[pl.DataFrame] | Non
 def _runs(f: _File, lo: int, hi: int) -> list[tuple[int, int]]:
     """The unread row groups of `f` that overlap [lo, hi) (microseconds), marked read, as runs of consecutive
     groups: (first row, rows)."""
-    runs: list[tuple[int, int]] = []
+    due = []
     for k, g in enumerate(f.groups):
         if not f.unread[k] or g.span is None or g.span[1] < lo or g.span[0] >= hi:
             continue
         f.unread[k] = False
-        if runs and runs[-1][0] + runs[-1][1] == g.first:
-            runs[-1] = (runs[-1][0], runs[-1][1] + g.rows)
-        else:
-            runs.append((g.first, g.rows))
-    return runs
+        due.append(g)
+    return _joined(due)

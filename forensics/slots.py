@@ -30,7 +30,7 @@ class WorkSlots:
     def hold(self, weight: int = 1) -> Iterator[None]:
         """Run the block once `weight` slots (at most all of them) are free and every earlier caller has had its
         turn. Nesting would wait on itself, so it is refused."""
-        if getattr(self._held, "on", False):
+        if self.holding:
             raise RuntimeError("WorkSlots.hold nested in one thread: it would wait on itself")
         n = min(max(1, weight), self.slots)
         me = object()
@@ -54,6 +54,11 @@ class WorkSlots:
             with self._cond:
                 self._free += n
                 self._cond.notify_all()
+
+    @property
+    def holding(self) -> bool:
+        """Whether the calling thread holds slots now."""
+        return getattr(self._held, "on", False)
 
     @property
     def free(self) -> int:

@@ -287,7 +287,7 @@ def _weighted_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slots: int) -
 
     def weighed(name: str, w: int, f):
         def run(*a, **k):
-            holding = getattr(pipeline.HEAVY._held, "on", False)
+            holding = pipeline.HEAVY.holding
             assert holding == (w > 0), f"{name} {'holds' if holding else 'does not hold'} a slot"
             with lock:
                 used[0] += w
