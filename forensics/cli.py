@@ -20,19 +20,50 @@ from .formats import FORMATS, StructuredFormat
 from .store import Store, StoreError
 
 
-def parse_when(value: str | None, tz: str = "UTC") -> datetime | None:
-    """`2025-05-25`, `2025-05-25 20:15`, ISO 8601 with or without zone -> aware UTC datetime."""
+def parse_when(value: str | None, tz: str = "UTC", option: str | None = None) -> datetime | None:
+    """`2025-05-25`, `2025-05-25 20:15`, ISO 8601 with or without zone -> aware UTC datetime (a stamp without
+    a zone is in `tz`). The date must be whole: dateutil would fill a missing year, month or day from today
+    (`May 25 20:17`, copied from a journal line, would mean this year's), a guess no log's time should rest on.
+    `option` names the option in the error (click.BadParameter: exit 2)."""
     if not value:
         return None
-    try:
-        t = dateparser.parse(value)
+    where = zone(tz)
+    example = "use e.g. 2025-05-25 or '2025-05-25 20:15'"
+    try:  # two defaults that differ in year, month and day: a part the value lacks differs between the two
+        a, b = (dateparser.parse(value, default=d) for d in _PROBES)
     except (ValueError, OverflowError) as e:
-        raise click.BadParameter(f"{value!r} is not a date/time; use e.g. 2025-05-25 or '2025-05-25 20:15'") from e
-    if t.tzinfo is None:
-        from zoneinfo import ZoneInfo
+        raise click.BadParameter(f"{value!r} is not a date/time; {example}", param_hint=option) from e
+    missing = [name for name, x, y in (("year", a.year, b.year), ("month", a.month, b.month), ("day", a.day, b.day))
+               if x != y]
+    if missing:
+        lacks = " or ".join([", ".join(missing[:-1]), missing[-1]] if len(missing) > 1 else missing)
+        raise click.BadParameter(f"{value!r} has no {lacks}; give the whole date ({example})",
+                                 param_hint=option)
+    return (a if a.tzinfo is not None else a.replace(tzinfo=where)).astimezone(timezone.utc)
 
-        t = t.replace(tzinfo=ZoneInfo(tz))
-    return t.astimezone(timezone.utc)
+
+_PROBES = (datetime(2001, 1, 1), datetime(2002, 3, 2))  # months of 31 days: a day given alone always fits
+
+
+def zone(tz: str):  # noqa: ANN202 - a zoneinfo.ZoneInfo
+    """The IANA zone `tz` (click.BadParameter naming --tz when there is none of that name)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a directory of zones, such as `Europe`
+        raise click.BadParameter(f"{tz!r} is not an IANA zone name (e.g. UTC, Europe/Berlin)", param_hint="--tz")
+
+
+def parse_window(since: str | None, until: str | None, tz: str = "UTC") -> tuple[datetime | None, datetime | None]:
+    """--since and --until as UTC datetimes; an empty window (until not after since) is a usage error (exit 2),
+    not an empty answer. --tz is checked even when neither is given."""
+    zone(tz)
+    lo, hi = parse_when(since, tz, "--since"), parse_when(until, tz, "--until")
+    if lo is not None and hi is not None and hi <= lo:
+        raise click.UsageError(f"--until {hi:%Y-%m-%d %H:%M:%S} UTC is not after --since {lo:%Y-%m-%d %H:%M:%S} UTC: "
+                               f"the window [since, until) is empty")
+    return lo, hi
 
 
 # commands that live in their own modules -> the module, imported only when its command is asked for (`timeline`
@@ -102,8 +133,9 @@ def existing_store(path: str | None) -> Store:
 @click.option("--host", help="Host name for sources that print none (raw dmesg).")
 @click.option("--year", type=int, help="Year of year-less stamps (the year of the last line).")
 @click.option("--tz", default="UTC", show_default=True, help="IANA zone of stamps that print no zone.")
-@click.option("--boot-time", help="Wall time of the boot, to anchor dmesg monotonic seconds.")
-@click.option("--force", is_flag=True, help="Re-ingest sources already in the store.")
+@click.option("--boot-time", help="Wall time of the boot (a dmesg's last), to anchor its monotonic seconds.")
+@click.option("--force", is_flag=True, help="Read sources already in the store again (keeping the options they "
+                                            "were read with, except those given).")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
               help="Extra rule pack directory (repeatable; also FORENSICS_RULES).")
 @click.option("--no-rules", is_flag=True, help="Store records only; extract events later with `forensics rescan`.")
@@ -113,16 +145,14 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], fmt: str | None, host: st
            tz: str, boot_time: str | None, force: bool, rules_dirs: tuple[str, ...], no_rules: bool,
            quiet: bool) -> None:
     """Read log files (globs, directories, .gz/.bz2/.xz/.zst, `-` for stdin) into the store."""
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
     from .pipeline import IngestOptions, ingest as run
 
-    try:
-        ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise click.BadParameter(f"{tz!r} is not an IANA zone name (e.g. UTC, Europe/Berlin)", param_hint="--tz")
-    opts = IngestOptions(fmt=fmt, host=host, year=year, tz=tz, boot_time=parse_when(boot_time, tz),
-                         force=force, rules_dirs=rules_dirs, match=not no_rules)
+    zone(tz)
+    opts = IngestOptions(fmt=fmt, host=host, year=year, tz=tz, boot_time=parse_when(boot_time, tz, "--boot-time"),
+                         force=force, rules_dirs=rules_dirs, match=not no_rules, given=tuple(
+                             key for key, name in (("format", "fmt"), ("host", "host"), ("year", "year"), ("tz", "tz"),
+                                                   ("boot_time", "boot_time"))
+                             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE))
     show = not quiet and sys.stderr.isatty()
     bars: list = []
 
@@ -154,6 +184,8 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], fmt: str | None, host: st
     for r in report.results:
         for w in r.warnings:
             click.echo(f"warning: {w}", err=True)
+        if r.again and not quiet:
+            click.echo(f"again     {r.path}: read again, with {r.again}", err=True)
         if r.status == "failed":
             click.echo(f"error: {r.error}", err=True)
         elif not quiet and r.entry:
@@ -190,8 +222,8 @@ def sources(ctx: click.Context, as_json: bool) -> None:
 @main.command()
 @click.option("--since", help="Start (e.g. 2025-05-25 or '2025-05-25 20:15'; zone --tz).")
 @click.option("--until", help="End (exclusive).")
-@click.option("--host", help="Only this host.")
-@click.option("--unit", help="Only this unit.")
+@click.option("--host", help="Only this host (a name or a glob: gpu-a0*).")
+@click.option("--unit", help="Only this unit (a name or a glob; sglang-k26 is sglang-k26.service).")
 @click.option("--grep", "pattern", help="Only records whose message matches this regex.")
 @click.option("--tz", default="UTC", show_default=True, help="Zone for --since/--until given without one.")
 @click.option("--json", "as_json", is_flag=True, help="JSON array output (same as --format json).")
@@ -211,7 +243,7 @@ def timeline(ctx: click.Context, since: str | None, until: str | None, host: str
             raise click.BadParameter(f"{pattern!r} is not a regular expression polars can run ({e}); "
                                      f"look-around and back-references are not supported", param_hint="--grep")
     fmt = "json" if as_json else out_format
-    lo, hi = parse_when(since, tz), parse_when(until, tz)
+    lo, hi = parse_window(since, until, tz)
     columns = TABLE_FIELDS if fmt == "table" else RECORD_FIELDS  # only what is written is read
     tl = timeline_stream(existing_store(ctx.obj["store"]), lo, hi, host, unit, pattern, columns,
                          prepare=with_plain if fmt == "table" else None)  # the table's check, where a window is read

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 
@@ -85,11 +84,9 @@ def report(ctx: click.Context, spec: str, fmt: str, output: Path | None, redact:
     from forensics.redact import RedactionError
     from forensics.render import ReportOptions, render_report
 
-    try:
-        ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError) as e:
-        raise click.BadParameter(f"unknown time zone {tz!r}; use an IANA name such as UTC or Europe/Berlin",
-                                 param_hint="--tz") from e
+    from forensics.cli import zone
+
+    zone(tz)
     stamp = _generated_at(generated_at)
 
     from forensics.cli import existing_store

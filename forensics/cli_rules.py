@@ -17,6 +17,7 @@ from typing import Any
 import click
 import polars as pl
 
+from .query import name_filter
 from .rulepacks import (
     KINDS,
     Rule,
@@ -383,19 +384,6 @@ def open_events(ctx: click.Context) -> pl.LazyFrame:
     return existing_store(path).events()
 
 
-def _glob(col: str, values: Sequence[str]) -> pl.Expr:
-    import re
-
-    parts = []
-    for v in values:
-        if any(c in v for c in "*?"):
-            rx = "^" + "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in v) + "$"
-            parts.append(pl.col(col).str.contains(rx))
-        else:
-            parts.append(pl.col(col) == v)
-    return pl.any_horizontal(parts).fill_null(False)
-
-
 def filter_events(lf: pl.LazyFrame, *, kinds: Sequence[str] = (), severity: str | None = None,
                   roles: Sequence[str] = (), units: Sequence[str] = (), hosts: Sequence[str] = (),
                   rules_: Sequence[str] = (), since: datetime | None = None,
@@ -409,11 +397,11 @@ def filter_events(lf: pl.LazyFrame, *, kinds: Sequence[str] = (), severity: str 
     if roles:
         lf = lf.filter(pl.col("role").is_in(list(roles)))
     if rules_:
-        lf = lf.filter(_glob("rule", rules_))
+        lf = lf.filter(name_filter("rule", rules_))
     if units:
-        lf = lf.filter(_glob("unit", units))
+        lf = lf.filter(name_filter("unit", units, unit=True))
     if hosts:
-        lf = lf.filter(_glob("host", hosts))
+        lf = lf.filter(name_filter("host", hosts))
     if since is not None:
         lf = lf.filter(pl.col("ts") >= since)
     if until is not None:
@@ -427,7 +415,8 @@ def filter_events(lf: pl.LazyFrame, *, kinds: Sequence[str] = (), severity: str 
 @click.option("--role", "roles", multiple=True, type=click.Choice(["cause", "symptom", "context"]),
               help="Only this role (repeatable).")
 @click.option("--rule", "rule_ids", multiple=True, help="Only this rule id or glob (repeatable).")
-@click.option("--unit", "units", multiple=True, help="Only this unit or glob (repeatable).")
+@click.option("--unit", "units", multiple=True,
+              help="Only this unit or glob (repeatable; sglang-k26 is sglang-k26.service).")
 @click.option("--host", "hosts", multiple=True, help="Only this host or glob (repeatable).")
 @click.option("--since", help="Start (e.g. 2025-05-25 or '2025-05-25 20:15'; zone --tz).")
 @click.option("--until", help="End (exclusive).")
@@ -441,13 +430,14 @@ def events_cmd(ctx: click.Context, kinds: tuple[str, ...], severity: str | None,
                rule_ids: tuple[str, ...], units: tuple[str, ...], hosts: tuple[str, ...], since: str | None,
                until: str | None, tz: str, limit: int | None, as_json: bool, out_format: str | None) -> None:
     """The events the rule packs extracted from the stored records, in time order, with path:line."""
-    from .cli import parse_when
+    from .cli import parse_window
 
+    since_t, until_t = parse_window(since, until, tz)
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         click.echo(f"warning: unknown kind(s) {', '.join(unknown)}; see `forensics rules list`", err=True)
     lf = filter_events(open_events(ctx), kinds=kinds, severity=severity, roles=roles, units=units, hosts=hosts,
-                       rules_=rule_ids, since=parse_when(since, tz), until=parse_when(until, tz))
+                       rules_=rule_ids, since=since_t, until=until_t)
     if limit is not None:
         lf = lf.head(limit)
     df = lf.collect()

@@ -56,6 +56,52 @@ class IngestOptions:
     force: bool = False
     rules_dirs: tuple[str, ...] = ()
     match: bool = True                 # False: store records only (`forensics rescan` extracts events later)
+    # the read options (`read_with`'s keys) given on the command line; None: those that differ from the defaults
+    given: tuple[str, ...] | None = None
+
+
+def read_with(opts: IngestOptions) -> dict[str, str | int | None]:
+    """The options that change how a source's lines are read, as its manifest entry keeps them (JSON)."""
+    return {"format": opts.fmt, "host": opts.host, "year": opts.year, "tz": opts.tz,
+            "boot_time": None if opts.boot_time is None else opts.boot_time.astimezone(timezone.utc).isoformat()}
+
+
+_READ_FIELDS = {"format": "fmt", "host": "host", "year": "year", "tz": "tz", "boot_time": "boot_time"}
+
+
+def _given(opts: IngestOptions) -> tuple[str, ...]:
+    asked, default = read_with(opts), read_with(IngestOptions())
+    return opts.given if opts.given is not None else tuple(k for k in asked if asked[k] != default[k])
+
+
+def reading_options(entry: SourceEntry, opts: IngestOptions) -> IngestOptions:
+    """The options a stored source is read again with (--force, or a changed option): those given, and for the
+    others the ones it was read with (a later `ingest --host h` keeps the boot time an earlier one gave)."""
+    stored = {**read_with(IngestOptions()), **entry.read_with}
+    given = _given(opts)
+    kept = {name: stored[key] for key, name in _READ_FIELDS.items() if key not in given}
+    if kept.get("boot_time") is not None:
+        kept["boot_time"] = datetime.fromisoformat(kept["boot_time"])
+    return replace(opts, **kept)
+
+
+def changed_options(entry: SourceEntry, opts: IngestOptions) -> list[str]:
+    """The read options asked for (given) that the stored source was not read with: the same bytes are read again
+    with them rather than left as they are. An option not given never counts (a later `ingest dir/` with no
+    options keeps each source as it was read); an entry from before the options were kept was read with the
+    defaults."""
+    asked, default = read_with(opts), read_with(IngestOptions())
+    stored = {**default, **entry.read_with}
+    given = _given(opts)
+    return [k for k in asked if k in given and asked[k] != stored[k]]
+
+
+def describe_change(entry: SourceEntry, opts: IngestOptions, keys: Sequence[str]) -> str:
+    """`--boot-time 2025-05-25T08:00:00+00:00 (it was read with none)`, for each changed option."""
+    asked, stored = read_with(opts), {**read_with(IngestOptions()), **entry.read_with}
+    flag = {"format": "--format", "host": "--host", "year": "--year", "tz": "--tz", "boot_time": "--boot-time"}
+    return "; ".join(f"{flag[k]} {asked[k] if asked[k] is not None else '(none)'} (it was read with "
+                     f"{stored[k] if stored[k] is not None else 'none'})" for k in keys)
 
 
 @dataclass
@@ -66,6 +112,7 @@ class SourceResult:
     error: str | None = None
     timeouts: tuple[RuleTimeout, ...] = ()   # `engine: regex` rules that timed out on this source
     warnings: list[str] = field(default_factory=list)   # what landed but is not as written (file:line: ...)
+    again: str | None = None      # the same bytes read again: the options that changed (describe_change)
 
 
 @dataclass
@@ -487,16 +534,25 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
     fp = fingerprint(src)
     same = store.find_fingerprint(fp)
     replace_ids: tuple[str, ...] = ()
+    again = None
     if same:
         sha = raw_sha256(src)
         hit = [e for e in same if e.sha256 == sha]
-        if hit and not opts.force:
+        changed = changed_options(hit[0], opts) if hit else []
+        if hit and not opts.force and not changed:
             return SourceResult(src.display, "unchanged", hit[0])
+        again = describe_change(hit[0], opts, changed) if changed else None
+        if hit:
+            planned = opts.fmt
+            opts = reading_options(hit[0], opts)
+            if opts.fmt != planned:  # read again in the format it was forced to, not the one detected now
+                det = detect(_sample_lines(src), src.display, forced=opts.fmt)
         replace_ids = tuple(e.source_id for e in hit)
     staging = store.staging()
     budget = RegexBudget()
     try:
         entry, lost = _stream_source(store, src, det, opts, rules, fp, staging, progress, dated, budget)
+        entry = replace(entry, read_with=read_with(opts))
         store.commit(entry, staging / "records.parquet", staging / "events.parquet", replace_ids)
     finally:
         store.cleanup(staging)
@@ -504,8 +560,9 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
     if det.primary == "text" and not opts.fmt and entry.records:
         warnings.append(_no_format(src))
     if lost:  # the lines before a fault of the stream landed; the source still failed
-        return SourceResult(src.display, "failed", entry, error=lost, warnings=warnings, timeouts=budget.timeouts())
-    return SourceResult(src.display, "ingested", entry, warnings=warnings, timeouts=budget.timeouts())
+        return SourceResult(src.display, "failed", entry, error=lost, warnings=warnings, timeouts=budget.timeouts(),
+                            again=again)
+    return SourceResult(src.display, "ingested", entry, warnings=warnings, timeouts=budget.timeouts(), again=again)
 
 
 def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOptions, rules, fp: str, staging: Path,
@@ -621,6 +678,10 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
             n_events = pl.scan_parquet(events_file).select(pl.len()).collect().item()
             entry = _entry(src, det, sid, sha, fp, stats, records_file, n_events, how, bool(clock.rev), unparsed,
                            clock.host_counts)
+            if anchor:  # the last boot anchored by --boot-time: said as an anchor found later says it
+                left = entry.ts_sources.get(TimeSource.MONOTONIC_ONLY.value, 0)
+                entry = replace(entry, time_anchor="; ".join(sorted({a.how for a in anchor.values()})) + (
+                    f" (the file's last boot); {left} record(s) of other boots still monotonic only" if left else ""))
         if lost:
             entry = replace(entry, notes=[*entry.notes, "truncated: " + lost.removeprefix(f"{src.display}: ")])
         return entry, lost

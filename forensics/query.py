@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -41,10 +42,29 @@ def _files(store: Store, since: datetime | None, until: datetime | None,
     return [store.file("records", e.source_id, e.records_name) for e in chosen]
 
 
+_UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice", "scope")
+
+
+def name_filter(col: str, values: Sequence[str], unit: bool = False) -> pl.Expr:
+    """True where `col` is one of `values`, each a name or a glob (`*`, `?`); with `unit`, a name without a unit
+    type suffix is also that `.service` (`sglang-k26`, as `journalctl -u` and `systemctl` read it). A plain
+    name stays an equality, which the Parquet statistics can answer."""
+    parts = []
+    for v in values:
+        names = [v, f"{v}.service"] if unit and v.rsplit(".", 1)[-1] not in _UNIT_TYPES else [v]
+        for name in names:
+            if any(c in name for c in "*?"):
+                rx = "^" + "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in name) + "$"
+                parts.append(pl.col(col).str.contains(rx))
+            else:
+                parts.append(pl.col(col) == name)
+    return pl.any_horizontal(parts).fill_null(False)
+
+
 def _keep(host: str | None, unit: str | None, pattern: str | None) -> pl.Expr | None:
     """The filters other than time, as one expression (None: none)."""
-    keep = [pl.col("host") == host] if host else []
-    keep += [pl.col("unit") == unit] if unit else []
+    keep = [name_filter("host", [host])] if host else []
+    keep += [name_filter("unit", [unit], unit=True)] if unit else []
     keep += [pl.col("message").str.contains(pattern)] if pattern else []
     return pl.all_horizontal(keep) if keep else None
 

@@ -99,6 +99,8 @@ class SourceEntry:
     notes: list[str] = field(default_factory=list)
     records_name: str = ""   # the file under records/ (set when the source is committed)
     events_name: str = ""    # the file under events/
+    read_with: dict = field(default_factory=dict)  # the options its lines were read with (pipeline.read_with; {}:
+                                                   # a store written before they were kept, read with the defaults)
 
 
 Kind = Literal["records", "events"]

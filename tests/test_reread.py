@@ -1,0 +1,147 @@
+"""The same bytes ingested again: a no-op, unless an option that changes how their lines are read is given with
+another value than they were read with (`--format`, `--host`, `--year`, `--tz`, `--boot-time`). Then they are
+read again with it, in place of the old records; the options not given keep what the source was read with."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from forensics.cli import main
+from forensics.pipeline import IngestOptions, changed_options, ingest, read_with
+from forensics.store import Store
+
+FORMATS = Path(__file__).resolve().parent.parent / "samples" / "formats"
+
+
+def _ingest(store: Path, *args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(main, ["--store", str(store), "ingest", *args])
+    return r.exit_code, " ".join(r.stderr.split())
+
+
+def _entry(store: Path):  # noqa: ANN202 - the store's one source
+    (e,) = Store(store).sources()
+    return e
+
+
+def _times(store: Path) -> pl.DataFrame:
+    return pl.read_parquet(store / "records" / _entry(store).records_name).select("line", "ts", "ts_source", "host")
+
+
+@pytest.fixture
+def dmesg(tmp_path: Path) -> Path:
+    p = tmp_path / "dmesg.log"  # a copy: the file's own path and mtime, not the checkout's
+    shutil.copy(FORMATS / "dmesg-prio.log", p)
+    return p
+
+
+def test_a_new_boot_time_reads_the_dmesg_again_and_the_same_one_does_not(tmp_path: Path, dmesg: Path) -> None:
+    store = tmp_path / "s"
+    assert _ingest(store, str(dmesg))[0] == 0
+    assert _times(store).get_column("ts").null_count() == _entry(store).records  # monotonic only
+    code, said = _ingest(store, str(dmesg))
+    assert code == 0 and said.startswith("unchanged")
+    code, said = _ingest(store, "--boot-time", "2025-05-25 08:00", str(dmesg))
+    assert code == 0
+    assert f"again {dmesg}: read again, with --boot-time 2025-05-25T08:00:00+00:00 (it was read with none)" in said
+    e = _entry(store)
+    assert e.read_with["boot_time"] == "2025-05-25T08:00:00+00:00"
+    assert e.first_ts == "2025-05-25T08:00:00.000000Z" and "given with --boot-time" in e.time_anchor
+    assert len(Store(store).sources()) == 1  # in place of the old records, not beside them
+    code, said = _ingest(store, "--boot-time", "2025-05-25 08:00", str(dmesg))
+    assert code == 0 and said.startswith("unchanged") and "again" not in said
+
+
+def test_options_not_given_keep_what_the_source_was_read_with(tmp_path: Path, dmesg: Path) -> None:
+    """A later ingest with no options (`ingest dir/`) leaves the source as it was read; one with another option
+    reads it again keeping the earlier ones, and so does --force."""
+    store = tmp_path / "s"
+    assert _ingest(store, "--boot-time", "2025-05-25 08:00", str(dmesg))[0] == 0
+    anchored = _times(store)
+    assert _ingest(store, str(dmesg))[1].startswith("unchanged")
+    code, said = _ingest(store, "--host", "gpu-a07", str(dmesg))
+    assert code == 0 and "read again, with --host gpu-a07 (it was read with none)" in said
+    again = _times(store)
+    assert again.get_column("ts").equals(anchored.get_column("ts"))  # the boot time kept
+    assert set(again.get_column("host").to_list()) == {"gpu-a07"}
+    assert _entry(store).read_with == {"format": None, "host": "gpu-a07", "year": None, "tz": "UTC",
+                                       "boot_time": "2025-05-25T08:00:00+00:00"}
+    code, said = _ingest(store, "--force", str(dmesg))
+    assert code == 0 and said.startswith("ingested") and "again" not in said
+    assert _times(store).equals(again)
+
+
+def test_a_year_given_reads_a_yearless_journal_again(tmp_path: Path) -> None:
+    store, journal = tmp_path / "s", tmp_path / "journal.log"
+    shutil.copy(FORMATS / "journal-short.log", journal)
+    assert _ingest(store, str(journal))[0] == 0
+    code, said = _ingest(store, "--year", "2021", str(journal))
+    assert code == 0 and "read again, with --year 2021 (it was read with none)" in said
+    times = _times(store).sort("line").get_column("ts").drop_nulls()
+    assert times[-1].year == 2021  # --year: the year of the last line
+    assert _ingest(store, str(journal))[1].startswith("unchanged")
+    assert _ingest(store, "--tz", "UTC", str(journal))[1].startswith("unchanged")  # the zone it was read in
+
+
+def test_a_zone_given_as_the_default_still_counts(tmp_path: Path) -> None:
+    """`--tz UTC` given on the command line after `--tz Europe/Berlin` reads the source again (it is the
+    default's value, but it was asked for)."""
+    store, journal = tmp_path / "s", tmp_path / "journal.log"
+    shutil.copy(FORMATS / "journal-short.log", journal)
+    assert _ingest(store, "--tz", "Europe/Berlin", "--year", "2025", str(journal))[0] == 0
+    berlin = _times(store).get_column("ts")
+    code, said = _ingest(store, "--tz", "UTC", str(journal))
+    assert code == 0 and "read again, with --tz UTC (it was read with Europe/Berlin)" in said
+    utc = _times(store).get_column("ts")
+    shifts = set((utc - berlin).drop_nulls().to_list())
+    assert shifts and shifts <= {timedelta(hours=1), timedelta(hours=2)}  # Berlin: UTC+1, in summer UTC+2
+    assert _times(store).sort("line").get_column("ts").drop_nulls()[-1].year == 2025  # --year kept
+
+
+def test_a_forced_format_is_kept_when_read_again_for_another_option(tmp_path: Path) -> None:
+    store, log = tmp_path / "s", tmp_path / "journal.log"
+    shutil.copy(FORMATS / "journal-short.log", log)
+    assert _ingest(store, "--format", "text", str(log))[0] == 0
+    assert _entry(store).format == "text"
+    code, said = _ingest(store, "--host", "h1", str(log))
+    assert code == 0 and "read again, with --host h1" in said
+    assert _entry(store).format == "text"
+    code, said = _ingest(store, "--format", "journal-short", str(log))
+    assert code == 0 and "read again, with --format journal-short (it was read with text)" in said
+    assert _entry(store).format == "journal-short"
+
+
+def test_a_store_from_before_the_options_were_kept_was_read_with_the_defaults(tmp_path: Path, dmesg: Path) -> None:
+    store = tmp_path / "s"
+    assert _ingest(store, str(dmesg))[0] == 0
+    manifest = store / "manifest.json"
+    data = json.loads(manifest.read_text())
+    for v in data["sources"].values():
+        del v["read_with"]
+    manifest.write_text(json.dumps(data))
+    assert _entry(store).read_with == {}
+    assert _ingest(store, str(dmesg))[1].startswith("unchanged")
+    assert _ingest(store, "--tz", "UTC", str(dmesg))[1].startswith("unchanged")
+    assert "read again, with --host h (it was read with none)" in _ingest(store, "--host", "h", str(dmesg))[1]
+
+
+def test_the_library_counts_the_options_that_differ_from_the_defaults(tmp_path: Path, dmesg: Path) -> None:
+    """Without `given` (a caller other than the command line), the options set to other values than the
+    defaults are the ones asked for."""
+    store = Store(tmp_path / "s")
+    first = ingest(store, [str(dmesg)], IngestOptions(host="h"))
+    (e,) = [r.entry for r in first.results]
+    assert e.read_with == read_with(IngestOptions(host="h"))
+    assert changed_options(e, IngestOptions()) == []
+    assert changed_options(e, IngestOptions(host="h")) == []
+    assert changed_options(e, IngestOptions(host="other", year=2020)) == ["host", "year"]
+    assert changed_options(e, IngestOptions(given=("tz",), tz="Europe/Berlin")) == ["tz"]
+    again = ingest(store, [str(dmesg)], IngestOptions(year=2020))
+    assert [r.status for r in again.results] == ["ingested"] and again.results[0].again
+    assert again.results[0].entry.read_with["host"] == "h"  # kept
