@@ -145,14 +145,13 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], fmt: str | None, host: st
            tz: str, boot_time: str | None, force: bool, rules_dirs: tuple[str, ...], no_rules: bool,
            quiet: bool) -> None:
     """Read log files (globs, directories, .gz/.bz2/.xz/.zst, `-` for stdin) into the store."""
-    from .pipeline import IngestOptions, ingest as run
+    from .pipeline import READ_OPTIONS, IngestOptions, ingest as run
 
     zone(tz)
     opts = IngestOptions(fmt=fmt, host=host, year=year, tz=tz, boot_time=parse_when(boot_time, tz, "--boot-time"),
-                         force=force, rules_dirs=rules_dirs, match=not no_rules, given=tuple(
-                             key for key, name in (("format", "fmt"), ("host", "host"), ("year", "year"), ("tz", "tz"),
-                                                   ("boot_time", "boot_time"))
-                             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE))
+                         force=force, rules_dirs=rules_dirs, match=not no_rules,
+                         given=tuple(key for key, name in READ_OPTIONS.items()  # what was asked for, even the default
+                                     if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE))
     show = not quiet and sys.stderr.isatty()
     bars: list = []
 

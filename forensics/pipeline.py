@@ -66,7 +66,8 @@ def read_with(opts: IngestOptions) -> dict[str, str | int | None]:
             "boot_time": None if opts.boot_time is None else opts.boot_time.astimezone(timezone.utc).isoformat()}
 
 
-_READ_FIELDS = {"format": "fmt", "host": "host", "year": "year", "tz": "tz", "boot_time": "boot_time"}
+# the read options: their keys in `read_with`, and their fields of IngestOptions (also the CLI's parameter names)
+READ_OPTIONS = {"format": "fmt", "host": "host", "year": "year", "tz": "tz", "boot_time": "boot_time"}
 
 
 def _given(opts: IngestOptions) -> tuple[str, ...]:
@@ -79,7 +80,7 @@ def reading_options(entry: SourceEntry, opts: IngestOptions) -> IngestOptions:
     others the ones it was read with (a later `ingest --host h` keeps the boot time an earlier one gave)."""
     stored = {**read_with(IngestOptions()), **entry.read_with}
     given = _given(opts)
-    kept = {name: stored[key] for key, name in _READ_FIELDS.items() if key not in given}
+    kept = {name: stored[key] for key, name in READ_OPTIONS.items() if key not in given}
     if kept.get("boot_time") is not None:
         kept["boot_time"] = datetime.fromisoformat(kept["boot_time"])
     return replace(opts, **kept)
