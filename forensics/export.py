@@ -38,7 +38,8 @@ EXPORT_FORMATS: tuple[str, ...] = ("table", "json", "csv", "jsonl", "timesketch"
 Kind = Literal["records", "events"]
 
 RECORD_FIELDS = ("ts", "ts_source", "host", "ident", "pid", "unit", "message", "path", "line", "line_end", "format")
-TABLE_FIELDS = ("ts", "ts_source", "host", "ident", "pid", "unit", "message")  # what the records table shows
+TABLE_FIELDS = ("ts", "ts_source", "host", "ident", "pid", "unit", "message", "path", "line", "line_end")  # what the
+# records table shows
 EVENT_FIELDS = ("ts", "ts_source", "kind", "rule", "severity", "role", "host", "unit", "pid", "title", "source",
                 "line", "line_end", "message", "fields")
 INFERRED = frozenset({"zone_assumed", "year_inferred", "boot_anchored", "monotonic_only"})
@@ -204,7 +205,7 @@ def table_widths(host_max: int | None, ident_max: int | None) -> tuple[int, int]
 def write_record_table(frames: Iterable[pl.DataFrame], out: TextIO, widths: tuple[int, int]) -> int:
     """The records table of frames written one after the other (in order), with the given column widths."""
     host_w, who_w = widths
-    out.write(f"{'TIME (UTC)':<24} {'HOST':<{host_w}} {'SOURCE':<{who_w}} MESSAGE\n")
+    out.write(f"{'TIME (UTC)':<24} {'HOST':<{host_w}} {'SOURCE':<{who_w}} MESSAGE (WHERE)\n")
     return sum(_write_record_rows(df, out, host_w, who_w) for df in frames)
 
 
@@ -229,11 +230,38 @@ VECTOR_SLICE = 100_000  # records written by polars at a time ...
 VECTOR_AT_ONCE = 2      # ... in this many slices built at once (one per core)
 
 
-def _record_fields(r: dict[str, Any], host_w: int, who_w: int) -> tuple[str, str, str, str]:
-    """A record's row of the table, its four fields: time, host, source, message (joined by spaces)."""
+def _record_fields(r: dict[str, Any], host_w: int, who_w: int) -> tuple[str, str, str, str, str]:
+    """A record's row of the table, its five fields: time, host, source, message and where it is (`(path:line)`,
+    `(path:line-line_end)` for a record of several lines), joined by spaces."""
     who = (r["ident"] or r["unit"] or "") + (f"[{r['pid']}]" if r["pid"] is not None else "")
     return (_table_time(r["ts"], r["ts_source"]), f"{_show(r['host']):<{host_w}}", f"{_show(who):<{who_w}}",
-            _first_line(r["message"]))
+            _first_line(r["message"]), _where(r["path"], r["line"], r["line_end"]))
+
+
+def _where(path: str | None, line: int | None, end: int | None) -> str:
+    if path is None:
+        return ""
+    if line is None:
+        return f"({_show(path)})"
+    return f"({_show(path)}:{line}{f'-{end}' if end is not None and end > line else ''})"
+
+
+def _where_field() -> list[pl.Expr]:
+    """`_where` as polars builds it for nearly every row (`x`: `(path:line)`), and where that is not `_where`'s
+    text (`s`: a record of several lines, or no path or line; `_mend_fields` makes those few again in full)."""
+    path, line, end = pl.col("path"), pl.col("line"), pl.col("line_end")
+    return [pl.format("({}:{})", path, line).alias("x"),  # a fifth cheaper than concat_str of the same parts
+            (path.is_null() | line.is_null() | (end > line).fill_null(False)).alias("s")]
+
+
+def _where_full() -> pl.Expr:
+    """`_where` as a polars expression, for any row."""
+    path, line, end = pl.col("path"), pl.col("line"), pl.col("line_end")
+    span = pl.when(end > line).then(pl.concat_str([pl.lit("-"), end.cast(pl.String)])).otherwise(pl.lit(""))
+    return (pl.when(path.is_null()).then(pl.lit(""))
+            .when(line.is_null()).then(pl.concat_str([pl.lit("("), path, pl.lit(")")]))
+            .otherwise(pl.concat_str([pl.lit("("), path, pl.lit(":"), line.cast(pl.String), span, pl.lit(")")]))
+            .alias("x"))
 
 
 def _record_row(r: dict[str, Any], host_w: int, who_w: int) -> str:
@@ -241,7 +269,7 @@ def _record_row(r: dict[str, Any], host_w: int, who_w: int) -> str:
 
 
 # what polars does not write as `_record_row` does: a control character or a tab to escape (anything in the
-# host or source); such rows are written by `_record_row`
+# host, source or path); such rows are written by `_record_row`
 _ODD_NAME = "[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
 _ODD_TEXT = "[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
 _MILLIS = pl.Series([f"{k:03d}" for k in range(1000)])
@@ -250,7 +278,7 @@ _UNTIMED = "-".ljust(24)
 
 def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int) -> int:
     """The table's record rows, built by polars a slice at a time: the same text as `_record_row`, written by
-    polars' CSV writer as four fields joined by spaces, unquoted. A message of printable ASCII is its own field
+    polars' CSV writer as five fields joined by spaces, unquoted. A message of printable ASCII is its own field
     (nearly every row; 4.2 M records of a busy day are formatted in about a second); any other message is cut to
     its first line with `[+N lines]`, and a row with a character to escape is made by `_record_fields`."""
     frame = conform(df, RECORD_SCHEMA)
@@ -261,7 +289,7 @@ def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int) -
     for i in range(0, len(chunks), VECTOR_AT_ONCE):
         group = chunks[i:i + VECTOR_AT_ONCE]
         built = pl.collect_all([c.lazy().select(_time_field(c), *_name_fields(host_w, who_w), pl.col("message").alias("m"),
-                                                pl.any_horizontal(*odd_names, False).alias("o"))
+                                                *_where_field(), pl.any_horizontal(*odd_names, False).alias("o"))
                                 for c in group])
         for chunk, got in zip(group, built):
             _write_fields(_mend_fields(chunk, got, host_w, who_w), out)
@@ -290,7 +318,8 @@ def _odd_names(df: pl.DataFrame) -> list[pl.Expr]:
     """Expressions true on the rows whose host, or ident (unit where the ident is empty), has a character the
     table escapes. Names are few: their distinct values are checked, and a unit only where it is shown."""
     ident = pl.col("ident")
-    shown = {"host": pl.col("host"), "ident": ident, "unit": pl.col("unit").filter(ident.is_null() | (ident == ""))}
+    shown = {"host": pl.col("host"), "ident": ident, "unit": pl.col("unit").filter(ident.is_null() | (ident == "")),
+             "path": pl.col("path")}
     distinct = df.lazy().select(*(v.unique().drop_nulls().implode().alias(c) for c, v in shown.items())).collect()
     out = []
     for c in shown:
@@ -329,11 +358,12 @@ def _name_fields(host_w: int, who_w: int) -> list[pl.Expr]:
 
 
 def _mend_fields(chunk: pl.DataFrame, got: pl.DataFrame, host_w: int, who_w: int) -> pl.DataFrame:
-    """`got`'s fields (`t`, `h`, `w`, `m`), with the rows the plain build does not write as `_record_row` does
-    mended: a message that is not printable ASCII (see `with_plain`), or a name to escape."""
+    """`got`'s fields (`t`, `h`, `w`, `m`, `x`), with the rows the plain build does not write as `_record_row` does
+    mended: a message that is not printable ASCII (see `with_plain`), a name or path to escape, or a place that is
+    not one line's."""
     plain = chunk.get_column(_PLAIN) if _PLAIN in chunk.columns else _plain_messages(chunk.get_column("message"))
-    redo = ~plain | got.get_column("o")
-    fields = got.select("t", "h", "w", "m")
+    redo = ~plain | got.get_column("o") | got.get_column("s")
+    fields = got.select("t", "h", "w", "m", "x")
     at = redo.arg_true()
     if at.len() == 0:
         return fields
@@ -342,15 +372,17 @@ def _mend_fields(chunk: pl.DataFrame, got: pl.DataFrame, host_w: int, who_w: int
     extra = msg.str.count_matches("\n", literal=True)
     some = chunk[at].with_columns(got.get_column("o").gather(at).alias("o"))
     mended = some.select(pl.concat_str([head.str.strip_chars_end("\r"), pl.when(extra > 0).then(
-        pl.format("  [+{} lines]", extra)).otherwise(pl.lit(""))]).alias("m"), (pl.col("o") | head.str.contains(_ODD_TEXT)).alias("o"))
-    h, w, m = (fields.get_column(c).clone() for c in ("h", "w", "m"))
+        pl.format("  [+{} lines]", extra)).otherwise(pl.lit(""))]).alias("m"), (pl.col("o") | head.str.contains(_ODD_TEXT)).alias("o"),
+        _where_full())
+    h, w, m, x = (fields.get_column(c).clone() for c in ("h", "w", "m", "x"))
     m.scatter(at, mended.get_column("m"))
+    x.scatter(at, mended.get_column("x"))
     odd = mended.get_column("o").arg_true()
     if odd.len():
         made = [_record_fields(r, host_w, who_w) for r in row_dicts(some[odd], "records")]
-        for series, k in ((h, 1), (w, 2), (m, 3)):
+        for series, k in ((h, 1), (w, 2), (m, 3), (x, 4)):
             series.scatter(at.gather(odd), pl.Series([f[k] for f in made], dtype=pl.String))
-    return pl.DataFrame([fields.get_column("t"), h, w, m])
+    return pl.DataFrame([fields.get_column("t"), h, w, m, x])
 
 
 def _write_lines(chunk: pl.DataFrame, got: pl.DataFrame, row_path: Callable[[dict[str, Any]], str | None],

@@ -162,7 +162,7 @@ def _row_path_table(df) -> str:  # noqa: ANN001
     import forensics.export as export
 
     host_w, who_w = export.table_widths(export.longest(df, "host"), export.longest(df, "ident"))
-    return (f"{'TIME (UTC)':<24} {'HOST':<{host_w}} {'SOURCE':<{who_w}} MESSAGE\n"
+    return (f"{'TIME (UTC)':<24} {'HOST':<{host_w}} {'SOURCE':<{who_w}} MESSAGE (WHERE)\n"
             + "".join(export._record_row(r, host_w, who_w) for r in row_dicts(df, "records")))
 
 

@@ -195,3 +195,26 @@ def test_a_source_landing_mid_stream_is_in_every_window_or_in_none(tmp_path: Pat
     assert paths.count(str(d / "a.log")) == 182
     # the next reading shows all of it
     assert pl.concat(list(timeline_stream(Store(st), *bounds).frames))["path"].to_list().count(str(late)) == 90
+
+
+def test_every_table_row_says_where_it_is(tmp_path: Path) -> None:
+    """The table's rows end with `(path:line)`, `(path:line-line_end)` for a record of several lines: the same
+    places as the JSON rows, in the same order (the ingest issue: `path:line` on every row)."""
+    incident = Path(__file__).resolve().parent.parent / "samples" / "incident"
+    where = tmp_path / "s"
+    runner = CliRunner()
+    assert runner.invoke(main, ["--store", str(where), "ingest", "-q", str(incident)]).exit_code == 0
+    table = runner.invoke(main, ["--store", str(where), "timeline"])
+    rows = runner.invoke(main, ["--store", str(where), "timeline", "--format", "jsonl"])
+    assert table.exit_code == rows.exit_code == 0
+    import json
+
+    places = []
+    for r in map(json.loads, rows.stdout.splitlines()):
+        span = f"-{r['line_end']}" if r["line_end"] > r["line"] else ""
+        places.append(f"({r['path']}:{r['line']}{span})")
+    lines = table.stdout.splitlines()
+    assert lines[0].endswith(" MESSAGE (WHERE)")
+    assert len(lines) - 1 == len(places) > 500
+    assert all(line.endswith(" " + place) for line, place in zip(lines[1:], places))
+    assert any("-" in p.rsplit(":", 1)[1] for p in places)  # multi-line records are among them
