@@ -184,9 +184,11 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], fmt: str | None, host: st
         for w in r.warnings:
             click.echo(f"warning: {w}", err=True)
         if r.again and not quiet:
-            click.echo(f"again     {r.path}: read again, with {r.again}", err=True)
+            click.echo(f"again     {r.path}: {r.again}", err=True)
         if r.status == "failed":
             click.echo(f"error: {r.error}", err=True)
+        elif not quiet and r.entry and r.status == "unchanged" and r.entry.path != r.path:
+            click.echo(f"unchanged {r.path}: the same bytes as {r.entry.path}, in the store already", err=True)
         elif not quiet and r.entry:
             e = r.entry
             span = f"{e.first_ts or '-'} .. {e.last_ts or '-'}"

@@ -98,10 +98,10 @@ def changed_options(entry: SourceEntry, opts: IngestOptions) -> list[str]:
 
 
 def describe_change(entry: SourceEntry, opts: IngestOptions, keys: Sequence[str]) -> str:
-    """`--boot-time 2025-05-25T08:00:00+00:00 (it was read with none)`, for each changed option."""
+    """`read again, with --boot-time 2025-05-25T08:00:00+00:00 (it was read with none)`, each changed option."""
     asked, stored = read_with(opts), {**read_with(IngestOptions()), **entry.read_with}
     flag = {"format": "--format", "host": "--host", "year": "--year", "tz": "--tz", "boot_time": "--boot-time"}
-    return "; ".join(f"{flag[k]} {asked[k] if asked[k] is not None else '(none)'} (it was read with "
+    return "read again, with " + "; ".join(f"{flag[k]} {asked[k] if asked[k] is not None else '(none)'} (it was read with "
                      f"{stored[k] if stored[k] is not None else 'none'})" for k in keys)
 
 
@@ -113,7 +113,7 @@ class SourceResult:
     error: str | None = None
     timeouts: tuple[RuleTimeout, ...] = ()   # `engine: regex` rules that timed out on this source
     warnings: list[str] = field(default_factory=list)   # what landed but is not as written (file:line: ...)
-    again: str | None = None      # the same bytes read again: the options that changed (describe_change)
+    again: str | None = None      # why a source in the store was read again (an option changed, the file grew)
 
 
 @dataclass
@@ -487,6 +487,36 @@ def warm_profile(store: Store, sid: str) -> None:
         pass
 
 
+def _size(src: Source) -> int:
+    return src.real.stat().st_size if src.real is not None else len(src.stdin_data or b"")
+
+
+def _versions(store: Store, src: Source) -> tuple[list[SourceEntry], list[SourceEntry]]:
+    """The stored sources of the same path with other bytes: (those these bytes extend, as a log grows by lines
+    appended; the others). Only a plain file can be told to extend one (its first bytes hashed as the old
+    version's were); a compressed one is always another version. Standard input has no path: none."""
+    older = [e for e in store.sources() if e.path == src.display] if src.real is not None else []
+    if not older:
+        return [], []
+    grown: list[SourceEntry] = []
+    if src.real is not None and src.compression is None and not src.encoding:  # (src.real: for the type checker)
+        size = _size(src)
+        for e in older:
+            if e.size < size and _head_sha256(src.real, e.size) == e.sha256:
+                grown.append(e)
+    return grown, [e for e in older if e not in grown]
+
+
+def _head_sha256(path: Path, n: int) -> str:
+    """sha256 of the first `n` bytes of the file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while n > 0 and (chunk := fh.read(min(n, 8 << 20))):
+            h.update(chunk)
+            n -= len(chunk)
+    return h.hexdigest()
+
+
 def fingerprint(src: Source) -> str:
     """Cheap identity of a source's bytes (size, head, tail) to find a possible no-op re-ingest."""
     h = hashlib.sha256()
@@ -549,6 +579,17 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
             if opts.fmt != planned:  # read again in the format it was forced to, not the one detected now
                 det = detect(_sample_lines(src), src.display, forced=opts.fmt)
         replace_ids = tuple(e.source_id for e in hit)
+    warnings: list[str] = []
+    if not replace_ids:  # new bytes: is an earlier version of the same path in the store?
+        grown, other = _versions(store, src)
+        if grown:  # the log grew since it was read: the new version holds every line of the old one
+            replace_ids = tuple(e.source_id for e in grown)
+            again = ("it grew from " + " and ".join(f"{e.size:,}" for e in grown) + f" to {_size(src):,} bytes since "
+                     f"it was read: read again, in place of what was read then")
+        for e in other:
+            warnings.append(f"{src.display}: the store also holds another version of this path ({e.records:,} "
+                            f"records, sha256 {e.sha256[:12]}, read by forensics {e.tool_version}), which these "
+                            f"bytes do not extend: both are kept, and lines the two share show twice in a timeline")
     staging = store.staging()
     budget = RegexBudget()
     try:
@@ -557,7 +598,7 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
         store.commit(entry, staging / "records.parquet", staging / "events.parquet", replace_ids)
     finally:
         store.cleanup(staging)
-    warnings = [f"{src.display}:{n.removeprefix('line ')}" for n in entry.notes if n.startswith("line ")]
+    warnings += [f"{src.display}:{n.removeprefix('line ')}" for n in entry.notes if n.startswith("line ")]
     if det.primary == "text" and not opts.fmt and entry.records:
         warnings.append(_no_format(src))
     if lost:  # the lines before a fault of the stream landed; the source still failed

@@ -145,3 +145,58 @@ def test_the_library_counts_the_options_that_differ_from_the_defaults(tmp_path: 
     again = ingest(store, [str(dmesg)], IngestOptions(year=2020))
     assert [r.status for r in again.results] == ["ingested"] and again.results[0].again
     assert again.results[0].entry.read_with["host"] == "h"  # kept
+
+
+def _journal(n: int | None = None, tail: int | None = None) -> str:
+    lines = (FORMATS.parent / "incident" / "journal-eagle3.log").read_text().splitlines(keepends=True)
+    return "".join(lines[-tail:] if tail else lines[:n])
+
+
+def test_a_log_that_grew_replaces_the_version_read_before(tmp_path: Path) -> None:
+    """The same path with lines appended: read again in place of the old version (whose lines it all holds),
+    so the timeline shows each line once."""
+    store, log = tmp_path / "s", tmp_path / "j.log"
+    log.write_text(_journal(100))
+    assert _ingest(store, str(log))[0] == 0
+    first = _entry(store)
+    log.write_text(_journal(200))
+    code, said = _ingest(store, str(log))
+    assert code == 0
+    assert f"again {log}: it grew from {first.size:,} to {log.stat().st_size:,} bytes since it was read" in said
+    (e,) = Store(store).sources()
+    assert e.records > first.records and e.sha256 != first.sha256
+    lines = _times(store).get_column("line")
+    assert lines.n_unique() == lines.len()  # nothing twice
+
+
+def test_another_version_of_a_path_is_kept_with_a_warning(tmp_path: Path) -> None:
+    """The same path holding bytes that do not extend the stored version (rotated, exported again, another
+    host's): both are kept, and the ingest says so."""
+    store, log = tmp_path / "s", tmp_path / "j.log"
+    log.write_text(_journal(100))
+    assert _ingest(store, str(log))[0] == 0
+    log.write_text(_journal(tail=50))
+    code, said = _ingest(store, str(log))
+    assert code == 0
+    assert (f"warning: {log}: the store also holds another version of this path (100 records" in said
+            and "which these bytes do not extend: both are kept" in said)
+    assert len(Store(store).sources()) == 2
+
+
+def test_a_shorter_file_of_the_same_path_is_not_taken_for_a_grown_one(tmp_path: Path) -> None:
+    store, log = tmp_path / "s", tmp_path / "j.log"
+    log.write_text(_journal(200))
+    assert _ingest(store, str(log))[0] == 0
+    log.write_text(_journal(100))  # a prefix of what was read: not a grown log
+    code, said = _ingest(store, str(log))
+    assert code == 0 and "another version of this path" in said and "grew" not in said
+    assert len(Store(store).sources()) == 2
+
+
+def test_a_copy_of_stored_bytes_names_the_path_they_were_read_from(tmp_path: Path) -> None:
+    store, log, copy = tmp_path / "s", tmp_path / "j.log", tmp_path / "copy.log"
+    log.write_text(_journal(100))
+    copy.write_text(_journal(100))
+    assert _ingest(store, str(log))[0] == 0
+    code, said = _ingest(store, str(copy))
+    assert code == 0 and f"unchanged {copy}: the same bytes as {log}, in the store already" in said
