@@ -39,11 +39,14 @@ def pair_offsets(kernel_mono: pl.DataFrame, walled: pl.DataFrame, tolerance_s: f
     `kernel_mono`: rows (boot_id, mono, message, host) of monotonic-only kernel records.
     `walled`: rows (ts, message, host) of kernel records with a wall time (journal `kernel:` lines, dmesg -T).
     A text that occurs more than once in either frame is ambiguous and not used. Boot banners are the same
-    on every host, so a pairing counts only the pairs that agree (within `tolerance_s`) on one offset."""
+    on every host, so a pairing counts only the pairs that agree (within `tolerance_s`) on one offset. A
+    record whose host is known (`ingest --host`) pairs only with that host's: another host's clock is not its."""
     k = kernel_mono.filter(pl.col("message").is_unique().over("boot_id"), pl.col("message").str.len_chars() >= 16)
     w = walled.filter(pl.col("message").is_unique().over("host"))
     joined = k.join(w.select("message", pl.col("ts").alias("_wts"), pl.col("host").alias("_whost")),
                     on="message", how="inner")
+    if "host" in joined.columns:
+        joined = joined.filter(pl.col("host").is_null() | (pl.col("host") == pl.col("_whost")))
     step = int(tolerance_s * 1e6)
     off = (pl.col("_wts").dt.epoch("us") - (pl.col("mono") * 1e6).round(0).cast(pl.Int64))
     pairs = joined.with_columns(off.alias("_off")).with_columns((pl.col("_off") // step).alias("_b"))

@@ -203,6 +203,35 @@ def test_dmesg_anchored_by_pairing_with_the_journal(tmp_path: Path) -> None:
     assert abs(d["ts"][2].timestamp() - (boot + 44238.512345)) <= 1.0
 
 
+@pytest.mark.parametrize("host, anchored", [("gpu1", True), ("gpu2", False)])
+def test_a_dmesg_of_a_named_host_pairs_only_with_that_hosts_journal(tmp_path: Path, host: str,
+                                                                    anchored: bool) -> None:
+    """`ingest --host gpu2 dmesg.txt` says whose kernel it is: the same kernel lines in gpu1's journal (the
+    same driver load, the same mount on a fleet of one image) do not give gpu2's boot time."""
+    msgs = [(100.25, "NVRM: loading NVIDIA UNIX Open Kernel Module  575.57.08"), (2000.5, "EXT4-fs (nvme0n1p2): mounted"),
+            (44238.512345, "Out of memory: Killed process 48213 (python3) total-vm:1kB, anon-rss:1kB")]
+    boot = 1748160000  # 2025-05-25T08:00:00Z
+    from datetime import datetime, timezone
+
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    (tmp_path / "dmesg.txt").write_text("".join(f"[{m:12.6f}] {t}\n" for m, t in msgs))
+    (tmp_path / "journal.txt").write_text("".join(
+        datetime.fromtimestamp(int(boot + m), timezone.utc).strftime("%b %d %H:%M:%S") + f" gpu1 kernel: {t}\n"
+        for m, t in msgs))
+    store = Store(tmp_path / "s")
+    ingest(store, [str(tmp_path / "journal.txt")], IngestOptions(year=2025))
+    rep = ingest(store, [str(tmp_path / "dmesg.txt")], IngestOptions(host=host))
+    d = records(store).filter(pl.col("path").str.ends_with("dmesg.txt"))
+    assert set(d["host"]) == {host}
+    if anchored:
+        assert len(rep.anchors) == 1 and abs(rep.anchors[0].boot_time.timestamp() - boot) <= 1.0
+        assert set(d["ts_source"]) == {"boot_anchored"}
+    else:
+        assert rep.anchors == [] and set(d["ts_source"]) == {"monotonic_only"}
+
+
 def test_kern_log_kernel_stamps_are_read_and_anchor_dmesg(tmp_path: Path) -> None:
     """/var/log/kern.log as rsyslog writes it keeps the kernel's own stamp in the message (`kernel: [ 8123.356789]
     NVRM: ...`): the stamp is the record's `mono`, the message is the kernel's, so the kernel rules match it (a
