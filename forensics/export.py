@@ -38,8 +38,8 @@ EXPORT_FORMATS: tuple[str, ...] = ("table", "json", "csv", "jsonl", "timesketch"
 Kind = Literal["records", "events"]
 
 RECORD_FIELDS = ("ts", "ts_source", "host", "ident", "pid", "unit", "message", "path", "line", "line_end", "format")
-TABLE_FIELDS = ("ts", "ts_source", "host", "ident", "pid", "unit", "message", "path", "line", "line_end")  # what the
-# records table shows
+# what the records table shows
+TABLE_FIELDS = ("ts", "ts_source", "host", "ident", "pid", "unit", "message", "path", "line", "line_end")
 EVENT_FIELDS = ("ts", "ts_source", "kind", "rule", "severity", "role", "host", "unit", "pid", "title", "source",
                 "line", "line_end", "message", "fields")
 INFERRED = frozenset({"zone_assumed", "year_inferred", "boot_anchored", "monotonic_only"})
@@ -315,7 +315,7 @@ def _plain_messages(message: pl.Series) -> pl.Series:
 
 
 def _odd_names(df: pl.DataFrame) -> list[pl.Expr]:
-    """Expressions true on the rows whose host, or ident (unit where the ident is empty), has a character the
+    """Expressions true on the rows whose host, ident (unit where the ident is empty) or path has a character the
     table escapes. Names are few: their distinct values are checked, and a unit only where it is shown."""
     ident = pl.col("ident")
     shown = {"host": pl.col("host"), "ident": ident, "unit": pl.col("unit").filter(ident.is_null() | (ident == "")),

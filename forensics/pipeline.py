@@ -75,11 +75,15 @@ def _given(opts: IngestOptions) -> tuple[str, ...]:
     return opts.given if opts.given is not None else tuple(k for k in asked if asked[k] != default[k])
 
 
+def _read_with_of(entry: SourceEntry) -> dict[str, str | int | None]:
+    """The options a stored source was read with (an entry from before they were kept: the defaults)."""
+    return {**read_with(IngestOptions()), **entry.read_with}
+
+
 def reading_options(entry: SourceEntry, opts: IngestOptions) -> IngestOptions:
     """The options a stored source is read again with (--force, or a changed option): those given, and for the
     others the ones it was read with (a later `ingest --host h` keeps the boot time an earlier one gave)."""
-    stored = {**read_with(IngestOptions()), **entry.read_with}
-    given = _given(opts)
+    stored, given = _read_with_of(entry), _given(opts)
     kept = {name: stored[key] for key, name in READ_OPTIONS.items() if key not in given}
     if kept.get("boot_time") is not None:
         kept["boot_time"] = datetime.fromisoformat(kept["boot_time"])
@@ -89,20 +93,17 @@ def reading_options(entry: SourceEntry, opts: IngestOptions) -> IngestOptions:
 def changed_options(entry: SourceEntry, opts: IngestOptions) -> list[str]:
     """The read options asked for (given) that the stored source was not read with: the same bytes are read again
     with them rather than left as they are. An option not given never counts (a later `ingest dir/` with no
-    options keeps each source as it was read); an entry from before the options were kept was read with the
-    defaults."""
-    asked, default = read_with(opts), read_with(IngestOptions())
-    stored = {**default, **entry.read_with}
-    given = _given(opts)
+    options keeps each source as it was read)."""
+    asked, stored, given = read_with(opts), _read_with_of(entry), _given(opts)
     return [k for k in asked if k in given and asked[k] != stored[k]]
 
 
 def describe_change(entry: SourceEntry, opts: IngestOptions, keys: Sequence[str]) -> str:
     """`read again, with --boot-time 2025-05-25T08:00:00+00:00 (it was read with none)`, each changed option."""
-    asked, stored = read_with(opts), {**read_with(IngestOptions()), **entry.read_with}
-    flag = {"format": "--format", "host": "--host", "year": "--year", "tz": "--tz", "boot_time": "--boot-time"}
-    return "read again, with " + "; ".join(f"{flag[k]} {asked[k] if asked[k] is not None else '(none)'} (it was read with "
-                     f"{stored[k] if stored[k] is not None else 'none'})" for k in keys)
+    asked, stored = read_with(opts), _read_with_of(entry)
+    return "read again, with " + "; ".join(
+        f"--{k.replace('_', '-')} {asked[k] if asked[k] is not None else '(none)'} "
+        f"(it was read with {stored[k] if stored[k] is not None else 'none'})" for k in keys)
 
 
 @dataclass
