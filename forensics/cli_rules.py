@@ -364,15 +364,16 @@ def _short(s: str | None, n: int = 160) -> str:
 
 
 def event_json(e: dict[str, Any]) -> dict[str, Any]:
-    """The documented JSON of one event."""
+    """The documented JSON of one event: the same keys as its row in `--format jsonl` (`ts_source` says whether
+    its time was inferred, and how)."""
     try:
         fields = json.loads(e["fields"]) if e.get("fields") else {}
     except ValueError:
         fields = {}
-    return {"ts": iso(e.get("ts")), "kind": e["kind"], "rule": e["rule"], "severity": e["severity"],
-            "role": e["role"], "host": e.get("host"), "unit": e.get("unit"), "pid": e.get("pid"),
-            "source": e.get("path"), "line": e.get("line"), "line_end": e.get("line_end"),
-            "message": e.get("message"), "fields": fields}
+    return {"ts": iso(e.get("ts")), "ts_source": e.get("ts_source"), "kind": e["kind"], "rule": e["rule"],
+            "severity": e["severity"], "role": e["role"], "host": e.get("host"), "unit": e.get("unit"),
+            "pid": e.get("pid"), "title": e.get("title"), "source": e.get("path"), "line": e.get("line"),
+            "line_end": e.get("line_end"), "message": e.get("message"), "fields": fields}
 
 
 def open_events(ctx: click.Context) -> pl.LazyFrame:

@@ -577,8 +577,10 @@ def test_cli_events(cli: click.Group, monkeypatch: pytest.MonkeyPatch) -> None:
     assert res.exit_code == 0
     rows = json.loads(res.output)
     assert [r["kind"] for r in rows] == ["oom_kill", "service_killed", "service_started"]
-    assert set(rows[0]) == {"ts", "kind", "rule", "severity", "role", "host", "unit", "pid", "source", "line",
-                            "line_end", "message", "fields"}
+    assert set(rows[0]) == {"ts", "ts_source", "kind", "rule", "severity", "role", "host", "unit", "pid", "title",
+                            "source", "line", "line_end", "message", "fields"}
+    jsonl = json.loads(run.invoke(cli, ["events", "--format", "jsonl"]).output.splitlines()[0])
+    assert list(rows[0]) == list(jsonl)  # the same keys, in the same order, as the export's rows
     assert rows[0]["ts"] == "2025-05-25T20:17:19.000000Z" and rows[0]["fields"] == {"pid": 48213}
     assert rows[0]["source"] == "k.log" and rows[2]["ts"] is None
     res = run.invoke(cli, ["events", "--json", "--severity", "error"])
