@@ -1,4 +1,5 @@
-"""`forensics store check [--repair]`: verify the store against its manifest, and repair it.
+"""`forensics store check [--repair]`: verify the store against its manifest, and repair it. `forensics store
+remove SOURCE...`: take sources out of the store (by path, or by a prefix of their sha256).
 
 Exit codes: 0 the store is clean (after `--repair`: clean now, the repairs listed); 1 problems found (after
 `--repair`: problems it could not fix remain); 2 could not run (no store, a store of a newer forensics).
@@ -66,3 +67,42 @@ def register(group: click.Group) -> None:
         click.echo(f"store {path}: {len(res.problems)} problem(s) found (the intact part holds {summary}); "
                    f"run `forensics --store {path} store check --repair` to fix them", err=True)
         sys.exit(1)
+
+    @store.command("remove")
+    @click.argument("sources", nargs=-1, required=True)
+    @click.pass_context
+    def remove(ctx: click.Context, sources: tuple[str, ...]) -> None:
+        """Take sources out of the store: each SOURCE is a path as `forensics sources` lists it (every version
+        of it) or a prefix of a source's sha256 (at least 6 hex digits). Nothing is removed unless every SOURCE
+        names a source."""
+        from .cli import existing_store
+
+        st = existing_store(ctx.obj["store"])
+        entries = st.sources()
+        chosen: dict[str, object] = {}
+        for s in sources:
+            hits = pick_sources(entries, s)
+            if isinstance(hits, str):
+                click.echo(f"error: {hits}", err=True)
+                sys.exit(2)
+            chosen.update((e.source_id, e) for e in hits)
+        for e in st.remove(list(chosen)):
+            click.echo(f"removed   {e.path}: {e.records} records, {e.events} events (sha256 {e.sha256[:12]})",
+                       err=True)
+
+
+def pick_sources(entries: list, spec: str) -> list | str:  # SourceEntry list, or why none
+    """The sources `spec` names: every version of a path, or the one source whose sha256 starts with it."""
+    by_path = [e for e in entries if e.path == spec]
+    if by_path:
+        return by_path
+    low = spec.lower()
+    if len(low) >= 6 and all(c in "0123456789abcdef" for c in low):
+        by_sha = [e for e in entries if e.sha256.startswith(low)]
+        if len(by_sha) == 1:
+            return by_sha
+        if by_sha:
+            return (f"{spec!r} is the start of the sha256 of {len(by_sha)} sources ("
+                    + ", ".join(f"{e.path} {e.sha256[:12]}" for e in by_sha) + "); give more of it")
+    return (f"no source {spec!r} in the store: give a path as `forensics sources` lists it, or at least 6 hex "
+            f"digits of its sha256")

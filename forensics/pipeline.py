@@ -590,7 +590,8 @@ def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions
         for e in other:
             warnings.append(f"{src.display}: the store also holds another version of this path ({e.records:,} "
                             f"records, sha256 {e.sha256[:12]}, read by forensics {e.tool_version}), which these "
-                            f"bytes do not extend: both are kept, and lines the two share show twice in a timeline")
+                            f"bytes do not extend: both are kept, and lines the two share show twice in a timeline "
+                            f"(`forensics store remove {e.sha256[:12]}` takes the other out)")
     staging = store.staging()
     budget = RegexBudget()
     try:

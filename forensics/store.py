@@ -27,7 +27,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
@@ -271,6 +271,20 @@ class Store:
             self._write_manifest(data)
             self._delete(expired)
             return True
+
+    def remove(self, source_ids: Sequence[str]) -> list[SourceEntry]:
+        """Unlist these sources, atomically (one manifest write); their files are deleted once superseded for
+        the grace period, as replaced files are (a query reading them meanwhile still finds them). The entries
+        removed (those listed)."""
+        with self.lock():
+            data = self.manifest()
+            gone = [data["sources"].pop(sid) for sid in dict.fromkeys(source_ids) if sid in data["sources"]]
+            if not gone:
+                return []
+            expired = supersede(data, gone)
+            self._write_manifest(data)
+            self._delete(expired)
+        return [SourceEntry(**e) for e in gone]
 
     def update_events(self, source_id: str, events: Path, count: int, records_name: str | None = None) -> bool:
         """Replace a source's events and only its `events` count (re-read under the lock, so an update

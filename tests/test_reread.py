@@ -181,6 +181,10 @@ def test_another_version_of_a_path_is_kept_with_a_warning(tmp_path: Path) -> Non
     assert (f"warning: {log}: the store also holds another version of this path (100 records" in said
             and "which these bytes do not extend: both are kept" in said)
     assert len(Store(store).sources()) == 2
+    old = next(e for e in Store(store).sources() if e.records == 100)
+    assert f"(`forensics store remove {old.sha256[:12]}` takes the other out)" in said
+    assert CliRunner().invoke(main, ["--store", str(store), "store", "remove", old.sha256[:12]]).exit_code == 0
+    assert [e.records for e in Store(store).sources()] == [50]
 
 
 def test_a_shorter_file_of_the_same_path_is_not_taken_for_a_grown_one(tmp_path: Path) -> None:
