@@ -496,7 +496,7 @@ def _versions(store: Store, src: Source) -> tuple[list[SourceEntry], list[Source
     """The stored sources of the same path with other bytes: (those these bytes extend, as a log grows by lines
     appended; the others). Only a plain file can be told to extend one (its first bytes hashed as the old
     version's were); a compressed one is always another version. Standard input has no path: none."""
-    older = [e for e in store.sources() if e.path == src.display] if src.real is not None else []
+    older = store.of_path(src.display) if src.real is not None else []
     if not older:
         return [], []
     grown: list[SourceEntry] = []

@@ -220,6 +220,11 @@ class Store:
                 return e
         return None
 
+    def of_path(self, path: str) -> list[SourceEntry]:
+        """The sources listed under this path (the manifest parsed again only when it was replaced)."""
+        return sorted((SourceEntry(**v) for v in self._cached_sources().values() if v.get("path") == path),
+                      key=lambda e: e.source_id)
+
     def find_fingerprint(self, fingerprint: str) -> list[SourceEntry]:
         return [e for e in self.sources() if e.fingerprint == fingerprint]
 
