@@ -91,11 +91,28 @@ def reading_options(entry: SourceEntry, opts: IngestOptions) -> IngestOptions:
 
 
 def changed_options(entry: SourceEntry, opts: IngestOptions) -> list[str]:
-    """The read options asked for (given) that the stored source was not read with: the same bytes are read again
-    with them rather than left as they are. An option not given never counts (a later `ingest dir/` with no
-    options keeps each source as it was read)."""
+    """The read options asked for (given) that the stored source was not read with and that bear on it: the same
+    bytes are read again with them rather than left as they are. An option not given never counts (a later
+    `ingest dir/` with no options keeps each source as it was read), nor one its records show it does not need
+    (`ingest --year 2024 logs/` reads again the year-less sources only)."""
     asked, stored, given = read_with(opts), _read_with_of(entry), _given(opts)
-    return [k for k in asked if k in given and asked[k] != stored[k]]
+    return [k for k in asked if k in given and asked[k] != stored[k] and _bears_on(entry, k)]
+
+
+def _bears_on(entry: SourceEntry, key: str) -> bool:
+    """Whether a read option can change this stored source, by how its times were obtained: a year only year-less
+    stamps, a zone only stamps that print none, a boot time only kernel seconds, a host only a source that names
+    none (or was given one); a format always."""
+    kinds = {k for k, n in entry.ts_sources.items() if n}
+    if key == "year":
+        return TimeSource.YEAR_INFERRED.value in kinds
+    if key == "tz":
+        return bool(kinds & {TimeSource.YEAR_INFERRED.value, TimeSource.ZONE_ASSUMED.value})
+    if key == "boot_time":
+        return bool(kinds & {TimeSource.MONOTONIC_ONLY.value, TimeSource.BOOT_ANCHORED.value})
+    if key == "host":
+        return entry.host is None or _read_with_of(entry)["host"] is not None
+    return True
 
 
 def describe_change(entry: SourceEntry, opts: IngestOptions, keys: Sequence[str]) -> str:

@@ -5,7 +5,7 @@ read again with it, in place of the old records; the options not given keep what
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 import shutil
 from pathlib import Path
 
@@ -133,18 +133,36 @@ def test_a_store_from_before_the_options_were_kept_was_read_with_the_defaults(tm
 
 def test_the_library_counts_the_options_that_differ_from_the_defaults(tmp_path: Path, dmesg: Path) -> None:
     """Without `given` (a caller other than the command line), the options set to other values than the
-    defaults are the ones asked for."""
+    defaults are the ones asked for; of those, only the ones that bear on the source count (a dmesg's
+    monotonic seconds take no year and no zone)."""
     store = Store(tmp_path / "s")
     first = ingest(store, [str(dmesg)], IngestOptions(host="h"))
     (e,) = [r.entry for r in first.results]
     assert e.read_with == read_with(IngestOptions(host="h"))
     assert changed_options(e, IngestOptions()) == []
     assert changed_options(e, IngestOptions(host="h")) == []
-    assert changed_options(e, IngestOptions(host="other", year=2020)) == ["host", "year"]
-    assert changed_options(e, IngestOptions(given=("tz",), tz="Europe/Berlin")) == ["tz"]
-    again = ingest(store, [str(dmesg)], IngestOptions(year=2020))
+    assert changed_options(e, IngestOptions(host="other", year=2020)) == ["host"]
+    assert changed_options(e, IngestOptions(given=("tz",), tz="Europe/Berlin")) == []
+    assert changed_options(e, IngestOptions(boot_time=datetime(2025, 5, 25, tzinfo=timezone.utc))) == ["boot_time"]
+    assert [r.status for r in ingest(store, [str(dmesg)], IngestOptions(year=2020)).results] == ["unchanged"]
+    again = ingest(store, [str(dmesg)], IngestOptions(boot_time=datetime(2025, 5, 25, tzinfo=timezone.utc)))
     assert [r.status for r in again.results] == ["ingested"] and again.results[0].again
     assert again.results[0].entry.read_with["host"] == "h"  # kept
+
+
+def test_an_option_reads_again_only_the_sources_it_bears_on(tmp_path: Path, dmesg: Path) -> None:
+    """`ingest --year 2021 logs/`: the year-less journal is read again; the dmesg (kernel seconds) and the
+    journal whose stamps carry a year are not."""
+    logs, store = tmp_path / "logs", tmp_path / "s"
+    logs.mkdir()
+    shutil.copy(FORMATS / "journal-short.log", logs / "short.log")
+    shutil.copy(FORMATS / "journal-short-iso.log", logs / "iso.log")
+    shutil.copy(dmesg, logs / "dmesg.log")
+    assert _ingest(store, str(logs))[0] == 0
+    code, said = _ingest(store, "--year", "2021", "--tz", "UTC", str(logs))
+    assert code == 0
+    assert f"again {logs / 'short.log'}: read again, with --year 2021 (it was read with none)" in said
+    assert f"unchanged {logs / 'iso.log'}" in said and f"unchanged {logs / 'dmesg.log'}" in said
 
 
 def _journal(n: int | None = None, tail: int | None = None) -> str:
