@@ -33,6 +33,7 @@ from typing import Any
 import polars as pl
 import regex
 
+from .globs import glob_rx, globs_expr
 from .literals import search_groups
 from .asides import ASIDE, TAIL, aside_names
 from .rulepacks import (
@@ -333,27 +334,16 @@ def apply_cast(name: str, value: Any) -> Any:
 # the engine
 
 
-def _glob_rx(globs: Sequence[str]) -> str:
-    alts = []
-    for g in globs:
-        alts.append("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in g))
-    return "^(?:" + "|".join(alts) + ")$"
-
-
 def globs_admit(globs: Sequence[str], value: object) -> bool:
     """True when `value` matches one of the `applies` globs (`*`, `?`), as `applies_expr` tests a column."""
-    return regex.match(_glob_rx(globs), str(value)) is not None
+    return regex.match(glob_rx(globs), str(value)) is not None
 
 
 def applies_expr(rule: Rule) -> pl.Expr | None:
     """True where the rule may apply to a record (a null column never excludes)."""
     exprs = []
     for col, globs in rule.applies.columns():
-        if any(c in g for g in globs for c in "*?"):
-            test = pl.col(col).str.contains(_glob_rx(globs))
-        else:
-            test = pl.col(col).is_in(list(globs))
-        exprs.append(pl.col(col).is_null() | test)
+        exprs.append(pl.col(col).is_null() | globs_expr(col, globs))
     if not exprs:
         return None
     return pl.all_horizontal(exprs)

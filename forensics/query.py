@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
+from .globs import globs_expr
 from .rowgroups import WindowReader, in_order, untimed_reads, with_order
 from .schema import RECORD_SCHEMA, empty_records
 from .store import SourceEntry, Store, scan_files
@@ -47,18 +47,10 @@ _UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "tar
 
 def name_filter(col: str, values: Sequence[str], unit: bool = False) -> pl.Expr:
     """True where `col` is one of `values`, each a name or a glob (`*`, `?`); with `unit`, a name without a unit
-    type suffix is also that `.service` (`sglang-k26`, as `journalctl -u` and `systemctl` read it). A plain
-    name stays an equality, which the Parquet statistics can answer."""
-    parts = []
-    for v in values:
-        names = [v, f"{v}.service"] if unit and v.rsplit(".", 1)[-1] not in _UNIT_TYPES else [v]
-        for name in names:
-            if any(c in name for c in "*?"):
-                rx = "^" + "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in name) + "$"
-                parts.append(pl.col(col).str.contains(rx))
-            else:
-                parts.append(pl.col(col) == name)
-    return pl.any_horizontal(parts).fill_null(False)
+    type suffix is also that `.service` (`sglang-k26`, as `journalctl -u` and `systemctl` read it)."""
+    names = [n for v in values
+             for n in ([v, f"{v}.service"] if unit and v.rsplit(".", 1)[-1] not in _UNIT_TYPES else [v])]
+    return globs_expr(col, names).fill_null(False)
 
 
 def _keep(host: str | None, unit: str | None, pattern: str | None) -> pl.Expr | None:
