@@ -79,14 +79,14 @@ def register(group: click.Group) -> None:
 
         st = existing_store(ctx.obj["store"])
         entries = st.sources()
-        chosen: dict[str, object] = {}
+        ids: list[str] = []
         for s in sources:
             hits = pick_sources(entries, s)
             if isinstance(hits, str):
                 click.echo(f"error: {hits}", err=True)
                 sys.exit(2)
-            chosen.update((e.source_id, e) for e in hits)
-        for e in st.remove(list(chosen)):
+            ids += [e.source_id for e in hits]
+        for e in st.remove(ids):  # (a source named twice is removed once)
             click.echo(f"removed   {e.path}: {e.records} records, {e.events} events (sha256 {e.sha256[:12]})",
                        err=True)
 

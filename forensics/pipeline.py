@@ -513,15 +513,13 @@ def _versions(store: Store, src: Source) -> tuple[list[SourceEntry], list[Source
     """The stored sources of the same path with other bytes: (those these bytes extend, as a log grows by lines
     appended; the others). Only a plain file can be told to extend one (its first bytes hashed as the old
     version's were); a compressed one is always another version. Standard input has no path: none."""
-    older = store.of_path(src.display) if src.real is not None else []
-    if not older:
+    if src.real is None:
         return [], []
+    older = store.of_path(src.display)
     grown: list[SourceEntry] = []
-    if src.real is not None and src.compression is None and not src.encoding:  # (src.real: for the type checker)
+    if older and src.compression is None and not src.encoding:
         size = _size(src)
-        for e in older:
-            if e.size < size and _head_sha256(src.real, e.size) == e.sha256:
-                grown.append(e)
+        grown = [e for e in older if e.size < size and _head_sha256(src.real, e.size) == e.sha256]
     return grown, [e for e in older if e not in grown]
 
 
@@ -740,9 +738,7 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
             entry = _entry(src, det, sid, sha, fp, stats, records_file, n_events, how, bool(clock.rev), unparsed,
                            clock.host_counts)
             if anchor:  # the last boot anchored by --boot-time: said as an anchor found later says it
-                left = entry.ts_sources.get(TimeSource.MONOTONIC_ONLY.value, 0)
-                entry = replace(entry, time_anchor="; ".join(sorted({a.how for a in anchor.values()})) + (
-                    f" (the file's last boot); {left} record(s) of other boots still monotonic only" if left else ""))
+                entry = replace(entry, time_anchor=_anchored(anchor, entry.ts_sources, " (the file's last boot)"))
         if lost:
             entry = replace(entry, notes=[*entry.notes, "truncated: " + lost.removeprefix(f"{src.display}: ")])
         return entry, lost
@@ -870,10 +866,9 @@ def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: Read
     if (cuts := cut_lines(stats.cut_lengths)) is not None:
         notes.append(cut_note(*cuts))
     notes.extend(_out_of_range(records_file))
-    size = src.real.stat().st_size if src.real else len(src.stdin_data or b"")
     summary = _summary(records_file)
     return SourceEntry(
-        source_id=sid, path=src.display, sha256=sha, size=size, format=det.primary, formats=list(det.formats),
+        source_id=sid, path=src.display, sha256=sha, size=_size(src), format=det.primary, formats=list(det.formats),
         confidence=det.confidence, host=host, records=summary["records"], lines=stats.lines, unparsed=unparsed,
         invalid_utf8=stats.invalid_utf8, first_ts=summary["first_ts"], last_ts=summary["last_ts"],
         time_anchor=anchor, ts_sources=summary["ts_sources"], events=events, tool_version=__version__,
@@ -898,6 +893,14 @@ def anchor_kernel_clocks(store: Store, opts: IngestOptions, rules) -> list[BootA
             raise StoreError(f"{e.path}: its store files kept changing while its dmesg clock was anchored "
                              f"({REWRITE_TRIES} tries); run the ingest again once the other writers are done")
     return found
+
+
+def _anchored(anchors: Mapping[str, BootAnchor], ts_sources: Mapping[str, int], which: str = "") -> str:
+    """A source's time note once boots of it are anchored: how (`which` boots, when not all), and how many
+    records of other boots are still monotonic only."""
+    left = ts_sources.get(TimeSource.MONOTONIC_ONLY.value, 0)
+    how = "; ".join(sorted({a.how for a in anchors.values()}))
+    return how + (f"{which}; {left} record(s) of other boots still monotonic only" if left else "")
 
 
 REWRITE_TRIES = 5  # a source rewritten by another process meanwhile is computed again, up to this many times
@@ -973,12 +976,9 @@ def _anchor_source(store: Store, e: SourceEntry, opts: IngestOptions) -> list[Bo
         write_parquet(events, staging / "events.parquet", EVENT_SCHEMA)
         summary = _summary(records_file)
         hosts = pl.scan_parquet(records_file).select(pl.col("host").drop_nulls().mode().sort().first()).collect()
-        how = "; ".join(sorted({a.how for a in anchors.values()}))
-        left = summary["ts_sources"].get(TimeSource.MONOTONIC_ONLY.value, 0)
         entry = replace(e, first_ts=summary["first_ts"], last_ts=summary["last_ts"],
                         ts_sources=summary["ts_sources"], host=hosts.item() or e.host,
-                        time_anchor=how + (f"; {left} record(s) of other boots still monotonic only"
-                                           if left else ""))
+                        time_anchor=_anchored(anchors, summary["ts_sources"]))
         if not store.update(entry, records_file, staging / "events.parquet", based_on=e):
             return None
     finally:
