@@ -1010,6 +1010,7 @@ def select_incidents(incidents: Sequence[Incident], spec: str) -> list[Incident]
     if exact:
         return exact
     if _DATE.match(spec):
+        check_date(spec)
         day = [i for i in incidents if (i.start or i.id)[:10] == spec]
         if day:
             return day
@@ -1021,6 +1022,18 @@ def select_incidents(incidents: Sequence[Incident], spec: str) -> list[Incident]
         raise IncidentNotFound(f"'{spec}' matches {len(pref)} incidents ({', '.join(i.id for i in pref[:10])}); "
                                "give more of the id, or a date")
     raise IncidentNotFound(f"no incident '{spec}'; {_existing(incidents)}")
+
+
+def check_date(spec: str) -> None:
+    """Raises IncidentNotFound when `spec` is shaped as a date (YYYY-MM-DD) but names no day of the calendar."""
+    spec = spec.strip()
+    if not _DATE.match(spec):
+        return
+    try:
+        datetime.strptime(spec, "%Y-%m-%d")
+    except ValueError:
+        raise IncidentNotFound(f"'{spec}' is not a date of the calendar: give an incident's day as YYYY-MM-DD "
+                               "(e.g. 2025-05-25), or its id") from None
 
 
 def _existing(incidents: Sequence[Incident]) -> str:
@@ -1038,6 +1051,8 @@ def find_incidents(store, specs: Sequence[str], gap_minutes: float = DEFAULT_GAP
     only for them (`full=False`: skeletons with id, start, end, hosts, headline and root_cause). When the
     correlations keep each host's incidents to its events, only the hosts a spec can name are looked at;
     ids are those `build_incidents` gives. Raises IncidentNotFound, naming what exists."""
+    for spec in specs:
+        check_date(spec)                      # before anything is read
     try:
         return _find(store, specs, gap_minutes, full, correlations, knowledge)
     finally:

@@ -61,3 +61,16 @@ def test_two_hosts_one_asked_for(tmp_path: Path) -> None:
     assert str(got.value) == str(want.value) and "the store has: 2025-05-25-gpu1-x" in str(got.value)
     # a spec and a date, one after the other, as `forensics incidents SPEC --date D`
     assert [i.id for i in find_incidents(store, ["2025-05-25-gpu2", "2025-05-25"], full=False)] == ["2025-05-25-gpu2-x"]
+
+
+@pytest.mark.parametrize("spec", ["2025-13-45", "2025-02-30", " 2025-00-10 "])
+def test_a_date_off_the_calendar_is_named_as_such(tmp_path: Path, spec: str, monkeypatch) -> None:  # noqa: ANN001
+    store = store_from_timeline(tmp_path, "seed_full.yaml")
+    every = build_incidents(store)
+    built: list[int] = []
+    monkeypatch.setattr(incidents, "_Builder", lambda *a, **k: built.append(1))
+    for ask in (lambda: find_incidents(store, [spec]), lambda: select_incidents(every, spec)):
+        with pytest.raises(IncidentNotFound, match=r"is not a date of the calendar: give .* YYYY-MM-DD"):
+            ask()
+    assert built == []                         # refused before the store is read
+    assert select_incidents(every, "2025-05-25")  # a real day still selects
