@@ -224,7 +224,9 @@ def sources(ctx: click.Context, as_json: bool) -> None:
 @click.option("--since", help="Start (e.g. 2025-05-25 or '2025-05-25 20:15'; zone --tz).")
 @click.option("--until", help="End (exclusive).")
 @click.option("--host", help="Only this host (a name or a glob: gpu-a0*).")
-@click.option("--unit", help="Only this unit (a name or a glob; sglang-k26 is sglang-k26.service).")
+@click.option("--unit", help="Only this unit (a name or a glob; sglang-k26 is sglang-k26.service), as `journalctl -u` "
+                            "shows it: with its own output, the lines of a `journalctl -u` journal of it and of a "
+                            "file named after it (sglang-k26.log), which name no unit.")
 @click.option("--grep", "pattern", help="Only records whose message matches this regex.")
 @click.option("--tz", default="UTC", show_default=True, help="Zone for --since/--until given without one.")
 @click.option("--json", "as_json", is_flag=True, help="JSON array output (same as --format json).")

@@ -376,20 +376,32 @@ def event_json(e: dict[str, Any]) -> dict[str, Any]:
             "line_end": e.get("line_end"), "message": e.get("message"), "fields": fields}
 
 
-def open_events(ctx: click.Context) -> pl.LazyFrame:
-    """The store's events (EVENT_SCHEMA). Tests replace this function."""
+def _open_store(ctx: click.Context):  # -> Store
     from .cli import existing_store
 
     obj = ctx.find_root().obj if ctx.find_root().obj else {}
-    path = obj.get("store") if isinstance(obj, dict) else None
-    return existing_store(path).events()
+    return existing_store(obj.get("store") if isinstance(obj, dict) else None)
+
+
+def open_events(ctx: click.Context) -> pl.LazyFrame:
+    """The store's events (EVENT_SCHEMA). Tests replace this function."""
+    return _open_store(ctx).events()
+
+
+def event_units(ctx: click.Context) -> pl.Expr:
+    """The events' unit as `--unit` reads it (query.unit_column: an event of a line that names no unit is the
+    unit the incidents take it to be). Tests replace this function."""
+    from .query import unit_column
+
+    return unit_column(_open_store(ctx), events=True)
 
 
 def filter_events(lf: pl.LazyFrame, *, kinds: Sequence[str] = (), severity: str | None = None,
                   roles: Sequence[str] = (), units: Sequence[str] = (), hosts: Sequence[str] = (),
                   rules_: Sequence[str] = (), since: datetime | None = None,
-                  until: datetime | None = None) -> pl.LazyFrame:
-    """The events filter of `forensics events` (severity is a minimum: `error` keeps error and critical)."""
+                  until: datetime | None = None, unit_column: pl.Expr | None = None) -> pl.LazyFrame:
+    """The events filter of `forensics events` (severity is a minimum: `error` keeps error and critical);
+    `unit_column`: what `units` are tested against (the `unit` column when not given)."""
     if kinds:
         lf = lf.filter(pl.col("kind").is_in(list(kinds)))
     if severity:
@@ -400,7 +412,7 @@ def filter_events(lf: pl.LazyFrame, *, kinds: Sequence[str] = (), severity: str 
     if rules_:
         lf = lf.filter(name_filter("rule", rules_))
     if units:
-        lf = lf.filter(name_filter("unit", units, unit=True))
+        lf = lf.filter(name_filter(pl.col("unit") if unit_column is None else unit_column, units, unit=True))
     if hosts:
         lf = lf.filter(name_filter("host", hosts))
     if since is not None:
@@ -417,7 +429,9 @@ def filter_events(lf: pl.LazyFrame, *, kinds: Sequence[str] = (), severity: str 
               help="Only this role (repeatable).")
 @click.option("--rule", "rule_ids", multiple=True, help="Only this rule id or glob (repeatable).")
 @click.option("--unit", "units", multiple=True,
-              help="Only this unit or glob (repeatable; sglang-k26 is sglang-k26.service).")
+              help="Only this unit or glob (repeatable; sglang-k26 is sglang-k26.service). Lines that name no unit "
+                   "count as the unit's where the report takes them to be: in a `journalctl -u` journal of it, or "
+                   "in a file named after it (sglang-k26.log).")
 @click.option("--host", "hosts", multiple=True, help="Only this host or glob (repeatable).")
 @click.option("--since", help="Start (e.g. 2025-05-25 or '2025-05-25 20:15'; zone --tz).")
 @click.option("--until", help="End (exclusive).")
@@ -438,7 +452,8 @@ def events_cmd(ctx: click.Context, kinds: tuple[str, ...], severity: str | None,
     if unknown:
         click.echo(f"warning: unknown kind(s) {', '.join(unknown)}; see `forensics rules list`", err=True)
     lf = filter_events(open_events(ctx), kinds=kinds, severity=severity, roles=roles, units=units, hosts=hosts,
-                       rules_=rule_ids, since=since_t, until=until_t)
+                       rules_=rule_ids, since=since_t, until=until_t,
+                       unit_column=event_units(ctx) if units else None)
     if limit is not None:
         lf = lf.head(limit)
     df = lf.collect()

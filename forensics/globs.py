@@ -15,10 +15,11 @@ def glob_rx(globs: Sequence[str]) -> str:
     return "^(?:" + "|".join(alts) + ")$"
 
 
-def globs_expr(col: str, globs: Sequence[str]) -> pl.Expr:
-    """True where `col` matches one of `globs`, null where it is null: the plain names as one `is_in` (which the
-    Parquet statistics can answer), the globs as one regex."""
+def globs_expr(col: str | pl.Expr, globs: Sequence[str]) -> pl.Expr:
+    """True where `col` (a column's name, or an expression) matches one of `globs`, null where it is null: the
+    plain names as one `is_in` (which the Parquet statistics can answer), the globs as one regex."""
     plain = [g for g in globs if not any(c in g for c in "*?")]
     wild = [g for g in globs if any(c in g for c in "*?")]
-    tests = [*([pl.col(col).is_in(plain)] if plain else []), *([pl.col(col).str.contains(glob_rx(wild))] if wild else [])]
+    c = pl.col(col) if isinstance(col, str) else col
+    tests = [*([c.is_in(plain)] if plain else []), *([c.str.contains(glob_rx(wild))] if wild else [])]
     return tests[0] if len(tests) == 1 else pl.any_horizontal(tests)

@@ -25,6 +25,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePath
 from typing import Any
@@ -68,14 +69,12 @@ from .correlate_local import LocalMatcher
 from .dayscope import Reach, Span, Window, day_of, first_window
 from . import dayscope
 from .environment import Fingerprint, fingerprints
-from .cachefiles import code_digest
-from .record_tables import RecordTables, record_tables, unit_of_file
+from .record_tables import compute_tables, one_host_files, record_tables, unit_fills
 from .schema import empty_events
 from .store import scan_files
 from .model import Conclusion, Confidence, Event, Evidence, Gap, Incident, SourceInfo, to_jsonable
 
 DEFAULT_GAP_MINUTES = 15.0
-_CODE = code_digest(__file__)          # names the caches this module computes (forensics.record_tables)
 UNDATED_LINES = 500                    # untimed significant events this close in one source: one incident
 SGLANG_DEFAULT_PORT = "30000"          # `{port}` of a unit whose launch configuration gives none
 CONTEXT_KINDS = frozenset({"server_config", "server_ready", "server_start", "service_started", "boot"})
@@ -111,73 +110,6 @@ class Prepared:
         return self.coverage.spans
 
 
-def _log_class() -> pl.Expr:
-    ident = pl.col("ident").fill_null("")
-    return (pl.when(pl.col("format").fill_null("").str.starts_with("dmesg") | (ident == "kernel")).then(pl.lit("kernel"))
-            .when(ident.str.starts_with("systemd") | (ident == "init.scope")).then(pl.lit("systemd"))
-            .otherwise(pl.lit("service")))
-
-
-def _spans_of(lf: pl.LazyFrame, keys: Sequence[str]) -> pl.LazyFrame:
-    return (lf.with_columns(_log_class().alias("log")).group_by(*keys, "host", "log", "unit")
-            .agg(pl.col("format").first(), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"),
-                 pl.len().alias("records"), pl.col("ts").is_null().sum().alias("untimed")))
-
-
-def _profiles(store) -> list:  # noqa: ANN001 - list[profile.Profile]
-    """The profile of each listed source (its spans and ranks, cached per records file: no record is read;
-    the environment hits are left to the fingerprint of the hosts that need them)."""
-    out = []
-    for sid in dict.fromkeys(e.source_id for e in store.sources()):
-        p = profile.of_source(store, sid, env=False)
-        if p is not None:
-            out.append(p)
-    return out
-
-
-def _record_hosts(profiles: Sequence) -> pl.DataFrame:
-    """(source_id, path, host) as the records have them (distinct): the hosts of each file."""
-    schema = {"source_id": pl.String, "path": pl.String, "host": pl.String}
-    out = [p.groups.select(*schema).unique(maintain_order=True) for p in profiles]
-    return pl.concat([*out, pl.DataFrame(schema=schema)], how="vertical_relaxed")
-
-
-def _one_host_files(rec: pl.DataFrame) -> dict[str, str]:
-    """path -> host for the files (`_record_hosts`) that name exactly one host and no host on some records."""
-    by = rec.group_by("path").agg(pl.col("host").drop_nulls().unique().alias("hosts"),
-                                  pl.col("host").is_null().any().alias("none"))
-    one = by.filter(pl.col("none") & (pl.col("hosts").list.len() == 1))
-    return dict(zip(one["path"].to_list(), one["hosts"].list.first().to_list()))
-
-
-def _record_tables(profiles: Sequence) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(spans per source/host/class/unit, units named by each source's systemd lines), from each source's
-    profile: its records counted per (source, path, host, ident, unit, format); the class of log is given to
-    those groups, and the spans are their sums (the format of a span is that of its first record). A filter on
-    the records' host and path is the same filter on the spans (both are span keys)."""
-    spans: list[pl.DataFrame] = []
-    units: list[pl.DataFrame] = []
-    systemd = (pl.col("ident").fill_null("").str.starts_with("systemd") & pl.col("unit").is_not_null()
-               & (pl.col("ident") != "systemd-journald"))
-    for p in profiles:
-        spans.append(p.groups.with_columns(_log_class().alias("log")).group_by("source_id", "path", "host", "log", "unit")
-                     .agg(pl.col("format").sort_by("first_line").first(), pl.col("first").min(), pl.col("last").max(),
-                          pl.col("records").sum().cast(pl.UInt32), pl.col("untimed").sum().cast(pl.UInt32)))
-        units.append(p.groups.filter(systemd).group_by("source_id").agg(pl.col("unit").unique().sort()))
-    empty = pl.DataFrame(schema={"source_id": pl.String, "path": pl.String, "host": pl.String, "ident": pl.String,
-                                 "unit": pl.String, "format": pl.String, "ts": pl.Datetime("us", "UTC")}).lazy()
-    spans.append(_spans_of(empty, ["source_id", "path"]).collect())
-    units.append(empty.group_by("source_id").agg(pl.col("unit").unique().sort()).collect())
-    spans_df = pl.concat(spans, how="vertical_relaxed").sort("path", "host", "log", "unit", nulls_last=True)
-    return spans_df, pl.concat(units, how="vertical_relaxed")
-
-
-def known_units(profiles: Sequence, units: Sequence[str]) -> set[str]:
-    """Which of these units some record names."""
-    want = sorted(set(units))
-    return {u for p in profiles for u in p.groups.filter(pl.col("unit").is_in(want))["unit"].unique().to_list()}
-
-
 def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] | None = None) -> Prepared:  # noqa: ANN001
     """Hosts and units filled where the logs imply them (vectorised, over every event and record), the
     coverage of the sources; the events themselves are prepared on demand (Prepared.source). `only` (given
@@ -186,14 +118,7 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
     event_files = store.files_of("events")
     raw = scan_files(event_files, empty_events())
 
-    def tables() -> RecordTables:
-        profiles = _profiles(store)
-        rec = _record_hosts(profiles).sort("path", "host", nulls_last=True)
-        spans, units = _record_tables(profiles)
-        return RecordTables(hosts=rec, spans=spans, units=units,
-                            file_units=frozenset(known_units(profiles, [unit_of_file(p) for p in rec["path"].to_list()])))
-
-    kept_tables = record_tables(store, tables, _CODE)
+    kept_tables = record_tables(store, partial(compute_tables, store))
     rec = kept_tables.hosts
     ev_hosts, ev_units, ev_hostless = pl.collect_all([
         raw.select(pl.col("host").unique()), raw.select(pl.col("unit").drop_nulls().unique()),
@@ -216,7 +141,7 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
         pseudo = {p: f"unknown host ({PurePath(p).name})" for p in hostless}
         # a file that names one host, and none on some records (a `systemctl status` paste's untimed lines, a
         # dmesg's boots left unanchored): those records are that host's
-        own = _one_host_files(rec)
+        own = one_host_files(rec)
         hostless_events = set(ev_hostless["path"].to_list())
         fill_host = pl.coalesce(pl.col("host"), pl.col("path").replace_strict({**own, **pseudo}, default=None,
                                                                                return_dtype=pl.String))
@@ -251,46 +176,29 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
                   | ((pl.col("host").is_null() | (pl.col("host") == "")) & ~pl.col("path").is_in(others)))
     # (filtering the spans is filtering the records first: `wanted` reads their host and path, both span keys)
     spans_df = kept_tables.spans if wanted is None else kept_tables.spans.filter(wanted)
-    units_df = kept_tables.units
     spans_df = spans_df.with_columns(fill_host.alias("host"))
-    # -- units: a source whose systemd lines name one unit (`journalctl -u X`), or named after a unit
-    # a journal whose systemd lines name one unit (`journalctl -u X`): its other journal lines are X's
-    journal_unit: dict[str, str] = {}
-    for sid, us in zip(units_df["source_id"].to_list(), units_df["unit"].to_list()):
-        if len(us) == 1:
-            journal_unit[sid] = us[0]
-    # a file named after a unit (`sglang-k26.log` for sglang-k26.service): its lines are that unit's (a unit some
-    # event or record names)
+    # -- units: a journal whose systemd lines name one unit (`journalctl -u X`): its other journal lines are X's;
+    # a file named after a unit some event or record names (`sglang-k26.log`): its lines are that unit's
+    fills = unit_fills(kept_tables, ev_units["unit"].to_list())
     paths = dict(zip(rec["source_id"].to_list(), rec["path"].to_list()))
-    cands = {sid: unit_of_file(p) for sid, p in paths.items()}
-    named_units = set(ev_units["unit"].to_list()) | kept_tables.file_units
-    file_unit: dict[str, str] = {}
-    for sid, p in sorted(paths.items()):
-        cand = cands[sid]
-        if sid not in journal_unit and cand in named_units and not p.endswith(".service"):
-            file_unit[sid] = cand
-            assumptions.append((p, Gap(what=f"The unit of {p}",
-                                       why=f"{p} names no unit; its lines are taken to be {cand}'s (the file is named "
-                                           "after it).", commands=())))
+    for sid, unit in sorted(fills.file.items()):
+        p = paths[sid]
+        assumptions.append((p, Gap(what=f"The unit of {p}",
+                                   why=f"{p} names no unit; its lines are taken to be {unit}'s (the file is named "
+                                       "after it).", commands=())))
     not_kernel = pl.col("unit").is_null() & ~pl.col("kind").is_in(list(KERNEL_KINDS))
-    is_journal = pl.col("format").fill_null("").str.starts_with("journal")
-    ju = pl.col("source_id").replace_strict(journal_unit, default=None, return_dtype=pl.String)
-    fu = pl.col("source_id").replace_strict(file_unit, default=None, return_dtype=pl.String)
-    events = (raw.with_row_index("_row").with_columns(fill_host.alias("host")).with_columns(
-        pl.when(not_kernel & is_journal).then(ju).when(not_kernel).then(fu).otherwise(pl.col("unit")).alias("unit")))
-    service = pl.col("unit").is_null() & (pl.col("log") == "service")
-    spans_df = spans_df.with_columns(
-        pl.when(service & pl.col("format").fill_null("").str.starts_with("journal")).then(ju)
-        .when(service).then(fu).otherwise(pl.col("unit")).alias("unit"))
+    events = raw.with_row_index("_row").with_columns(fill_host.alias("host")).with_columns(
+        fills.filled(not_kernel).alias("unit"))
+    spans_df = spans_df.with_columns(fills.filled(pl.col("unit").is_null() & (pl.col("log") == "service")).alias("unit"))
 
     def load(e: EventView) -> EventView:
         return _with_load(store, e) if e.kind == "cuda_oom" and e.t is not None else e
 
     # the narrow frame is kept in the store's cache, named after the events files and what fills their hosts
     # and units
-    fills = {"host": hosts[0] if single else pseudo, "journal_unit": journal_unit, "file_unit": file_unit,
+    named = {"host": hosts[0] if single else pseudo, "journal_unit": fills.journal, "file_unit": fills.file,
              "excluded": sorted(CONTEXT_KINDS), "kernel_kinds": sorted(KERNEL_KINDS)}
-    cache = narrow_cache(store.cache_dir, event_files, fills) if event_files else None
+    cache = narrow_cache(store.cache_dir, event_files, named) if event_files else None
     source = EventSource(events, enricher(kn), prepare_view=load, significant_kinds_excluded=CONTEXT_KINDS,
                          keep=part_expr().is_in(sorted(kept)) if kept is not None else None, cache=cache)
     coverage = Coverage.from_frame(spans_df.select("path", "format", "host", "log", "unit", "first", "last",

@@ -314,6 +314,7 @@ class _Schedule:
 
 
 def _size(src: Source) -> int:
+    """The bytes of `src` (0 when its file cannot be read now: reading it says why)."""
     try:
         return src.real.stat().st_size if src.real is not None else len(src.stdin_data or b"")
     except OSError:
@@ -503,10 +504,6 @@ def warm_profile(store: Store, sid: str) -> None:
         profile.of_source(store, sid, env=False)
     except (OSError, pl.exceptions.PolarsError):
         pass
-
-
-def _size(src: Source) -> int:
-    return src.real.stat().st_size if src.real is not None else len(src.stdin_data or b"")
 
 
 def _versions(store: Store, src: Source) -> tuple[list[SourceEntry], list[SourceEntry]]:

@@ -12,15 +12,15 @@ from pathlib import Path
 import polars as pl
 
 from .globs import globs_expr
+from .record_tables import UnitFills, log_class, of_store, unit_fills
 from .rowgroups import WindowReader, in_order, untimed_reads, with_order
-from .schema import RECORD_SCHEMA, empty_records
+from .schema import RECORD_SCHEMA, empty_events, empty_records
 from .store import SourceEntry, Store, scan_files
 
 
-def _filtered(store: Store, since: datetime | None, until: datetime | None, host: str | None, unit: str | None,
-              pattern: str | None, entries: list[SourceEntry] | None = None,
-              columns: Sequence[str] | None = None) -> pl.LazyFrame:
-    """The records of [since, until) that pass the filters, from the sources of `entries` (one reading of the
+def _filtered(store: Store, since: datetime | None, until: datetime | None, keep: pl.Expr | None,
+              entries: list[SourceEntry] | None = None, columns: Sequence[str] | None = None) -> pl.LazyFrame:
+    """The records of [since, until) that pass `keep` (`_keep`), from the sources of `entries` (one reading of the
     manifest, so that every window of a stream reads the same sources: a source landing meanwhile is in all of
     them or in none), or of the manifest read now; only `columns` of them when given (the others are not read)."""
     lf = scan_files(_files(store, since, until, entries), empty_records())
@@ -28,7 +28,6 @@ def _filtered(store: Store, since: datetime | None, until: datetime | None, host
         lf = lf.filter(pl.col("ts") >= since)
     if until is not None:
         lf = lf.filter(pl.col("ts") < until)
-    keep = _keep(host, unit, pattern)
     if keep is not None:
         lf = lf.filter(keep)
     return lf if columns is None else lf.select(columns)
@@ -45,18 +44,40 @@ def _files(store: Store, since: datetime | None, until: datetime | None,
 _UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice", "scope")
 
 
-def name_filter(col: str, values: Sequence[str], unit: bool = False) -> pl.Expr:
-    """True where `col` is one of `values`, each a name or a glob (`*`, `?`); with `unit`, a name without a unit
-    type suffix is also that `.service` (`sglang-k26`, as `journalctl -u` and `systemctl` read it)."""
+def name_filter(col: str | pl.Expr, values: Sequence[str], unit: bool = False) -> pl.Expr:
+    """True where `col` (a column's name, or an expression) is one of `values`, each a name or a glob (`*`, `?`);
+    with `unit`, a name without a unit type suffix is also that `.service` (`sglang-k26`, as `journalctl -u` and
+    `systemctl` read it)."""
     names = [n for v in values
              for n in ([v, f"{v}.service"] if unit and v.rsplit(".", 1)[-1] not in _UNIT_TYPES else [v])]
     return globs_expr(col, names).fill_null(False)
 
 
-def _keep(host: str | None, unit: str | None, pattern: str | None) -> pl.Expr | None:
-    """The filters other than time, as one expression (None: none)."""
+def unit_fills_of(store: Store) -> UnitFills:
+    """The store's UnitFills: which sources' lines without a unit the incidents take to be a unit's."""
+    named = scan_files(store.files_of("events"), empty_events()).select(pl.col("unit").drop_nulls().unique()).collect()
+    return unit_fills(of_store(store), named["unit"].to_list())
+
+
+def unit_column(store: Store, events: bool = False) -> pl.Expr:
+    """The records' (or with `events`, the events') unit as `--unit` reads it: a line that names none (a
+    service's own output, not the kernel's) is the unit the incidents take it to be (record_tables.UnitFills),
+    so that `--unit sglang-k26` shows what `journalctl -u sglang-k26` would, the python3 lines of its journal
+    included."""
+    fills = unit_fills_of(store)
+    if not fills.journal and not fills.file:
+        return pl.col("unit")
+    if events:
+        from .correlate import KERNEL_KINDS
+
+        return fills.filled(pl.col("unit").is_null() & ~pl.col("kind").is_in(sorted(KERNEL_KINDS)))
+    return fills.filled(pl.col("unit").is_null() & (log_class() == "service"))
+
+
+def _keep(host: str | None, unit: str | None, pattern: str | None, units: pl.Expr | None) -> pl.Expr | None:
+    """The filters other than time, as one expression (None: none); `units`: `unit_column`, when `unit` is given."""
     keep = [name_filter("host", [host])] if host else []
-    keep += [name_filter("unit", [unit], unit=True)] if unit else []
+    keep += [name_filter(units if units is not None else pl.col("unit"), [unit], unit=True)] if unit else []
     keep += [pl.col("message").str.contains(pattern)] if pattern else []
     return pl.all_horizontal(keep) if keep else None
 
@@ -67,7 +88,8 @@ def timeline_frame(store: Store, since: datetime | None = None, until: datetime 
                    columns: Sequence[str] | None = None) -> pl.DataFrame:
     """Records in time order (untimed records last, in file order), filtered. `untimed`: only those without
     a time (the end of a timeline without bounds); `entries`, `columns`: as `_filtered` takes them."""
-    lf = _filtered(store, since, until, host, unit, pattern, entries, None if columns is None else with_order(columns))
+    lf = _filtered(store, since, until, _keep(host, unit, pattern, unit_column(store) if unit else None), entries,
+                   None if columns is None else with_order(columns))
     if untimed:
         lf = lf.filter(pl.col("ts").is_null())
     return in_order([lf.collect()], columns)
@@ -121,10 +143,12 @@ def timeline_stream(store: Store, since: datetime | None = None, until: datetime
     are read into the frames (a table needs 7 of the 18); `prepare`: applied to each frame where it is read, in
     the reading thread (work taken off the thread that writes)."""
     entries = store.sources()
-    whole = _filtered(store, since, until, host, unit, pattern, entries)
+    units = unit_column(store) if unit else None
+    keep = _keep(host, unit, pattern, units)
+    whole = _filtered(store, since, until, keep, entries)
     lo, hi = since, until
     if lo is None or hi is None:
-        span = _filtered(store, since, until, host, unit, None, entries).select(
+        span = _filtered(store, since, until, _keep(host, unit, None, units), entries).select(
             pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi")).collect()
         first, last = span.row(0)
         lo = first if lo is None else lo
@@ -132,7 +156,7 @@ def timeline_stream(store: Store, since: datetime | None = None, until: datetime
 
     def frames() -> Iterator[pl.DataFrame]:
         windows = timeline_windows(lo, hi) if lo is not None and hi is not None else []
-        keep, read_columns = _keep(host, unit, pattern), columns or list(RECORD_SCHEMA)
+        read_columns = columns or list(RECORD_SCHEMA)
         reads: list[Callable[[], pl.DataFrame]] = []
         if windows:  # each row group is decoded once, by the first window it overlaps
             reader = WindowReader(_files(store, lo, hi, entries), windows, keep, read_columns)

@@ -119,13 +119,13 @@ def test_a_new_source_gets_new_record_tables(tmp_path: Path) -> None:
 def test_other_code_does_not_read_the_kept_frames(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     """The code that computes a cache is part of its name: after an upgrade the old files are not read."""
     import forensics.correlate_store as cs
-    import forensics.incidents as inc
+    import forensics.record_tables as rt
 
     store = store_from_timeline(tmp_path, "seed_full.yaml")
     first = _js(build_incidents(store))
     narrow, tables = set(_narrows(store)), set(_tables(store))
     monkeypatch.setattr(cs, "_CODE", "another version")
-    monkeypatch.setattr(inc, "_CODE", "another version")
+    monkeypatch.setattr(rt, "_CODE", "another version")
     assert _js(build_incidents(store)) == first
     assert set(_narrows(store)) - narrow and set(_tables(store)) - tables
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -53,14 +54,42 @@ def _timeline(store: Path, *args: str) -> list[str]:
     return r.stdout.splitlines()
 
 
+def _rows(lines: list[str]) -> list[dict]:
+    return [json.loads(line) for line in lines]
+
+
 def test_the_timeline_takes_a_unit_without_its_suffix_and_globs(store: Path) -> None:
     exact = _timeline(store, "--unit", "sglang-k26.service")
-    assert exact and all('"unit":"sglang-k26.service"' in line for line in exact)
+    assert exact
     assert _timeline(store, "--unit", "sglang-k26") == exact
     both = _timeline(store, "--unit", "sglang-k26*")
     assert set(exact) < set(both) and any("sglang-k26-eagle3.service" in line for line in both)
-    assert _timeline(store, "--host", "dflash-*", "--unit", "sglang-k26") == exact
+    # a host keeps the lines that name it (SGLang's own log names none)
+    assert _timeline(store, "--host", "dflash-*", "--unit", "sglang-k26") == \
+        [line for line in exact if json.loads(line)["host"] == "dflash-train"]
     assert _timeline(store, "--host", "other-*", "--unit", "sglang-k26") == []
+
+
+def test_a_units_own_output_is_in_its_timeline(store: Path) -> None:
+    """`--unit sglang-k26` shows what `journalctl -u sglang-k26` shows: the systemd lines naming the unit, and
+    the lines that name none where the report takes them to be its own: the python3 lines of the journal whose
+    systemd lines name only it, and SGLang's log named after it. Not another unit's, nor the kernel's."""
+    rows = _rows(_timeline(store, "--unit", "sglang-k26"))
+    named = [r for r in rows if r["unit"] is not None]
+    assert named and {r["unit"] for r in named} == {"sglang-k26.service"}
+    assert {Path(r["path"]).name for r in rows if r["unit"] is None} == {"journal-k26.log", "sglang-k26.log"}
+    # the root cause, in both: nvcc's refusal of compute_120
+    assert {Path(r["path"]).name for r in rows if "Unsupported gpu architecture 'compute_120'" in r["message"]} == \
+        {"journal-k26.log", "sglang-k26.log"}
+    assert [r["ident"] for r in rows if Path(r["path"]).name == "journal-k26.log" and r["unit"] is None] and \
+        all(r["ident"] == "python3" for r in rows if Path(r["path"]).name == "journal-k26.log" and r["unit"] is None)
+    assert not any(r["format"].startswith("dmesg") or r["ident"] == "kernel" for r in rows)
+    # the other unit's output is its own
+    eagle = _rows(_timeline(store, "--unit", "sglang-k26-eagle3"))
+    assert eagle and not {json.dumps(r) for r in eagle} & {json.dumps(r) for r in rows}
+    assert not any(Path(r["path"]).name in ("journal-k26.log", "sglang-k26.log") for r in eagle)
+    # a unit nothing names: nothing
+    assert _timeline(store, "--unit", "nothing") == []
 
 
 def test_events_take_a_unit_without_its_suffix(store: Path) -> None:
@@ -72,3 +101,15 @@ def test_events_take_a_unit_without_its_suffix(store: Path) -> None:
     assert events("--unit", "sglang-k26") == events("--unit", "sglang-k26.service")
     assert '"unit": "sglang-k26.service"' in events("--unit", "sglang-k26") or \
         '"unit":"sglang-k26.service"' in events("--unit", "sglang-k26")
+    got = json.loads(events("--unit", "sglang-k26"))
+    # its root cause and its readiness, from lines that name no unit, as the report counts them
+    arch = [e for e in got if e["kind"] == "flashinfer_arch_unsupported"]
+    assert {Path(e["source"]).name for e in arch} == {"journal-k26.log", "sglang-k26.log"}
+    assert all(e["unit"] is None for e in arch) and all(e["fields"]["arch"] == "sm_120" for e in arch)
+    assert any(e["kind"] == "server_ready" for e in got)
+    # not the other unit's, nor a kernel event's
+    assert not any(e["unit"] == "sglang-k26-eagle3.service" for e in got)
+    assert not any(e["kind"] == "oom_kill" for e in got)
+    eagle = json.loads(events("--unit", "sglang-k26-eagle3"))
+    assert any(e["kind"] == "service_killed" for e in eagle) and not any(e["kind"] == "flashinfer_arch_unsupported"
+                                                                         for e in eagle)
