@@ -19,9 +19,10 @@ import shlex
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -36,7 +37,7 @@ from .detect import Detection, detect
 from .formats import FORMATS, StructuredFormat
 from .normalise import normalise_batch, open_block
 from .timeparse import MONTHS
-from .timefix import EXTRA, SourceClock, YearAnchor
+from .timefix import EXTRA, YEAR_OWN, SourceClock, YearAnchor
 from .parse import ParseContext, parse_lines, parse_structured, resolve
 from .regexbudget import RegexBudget, RuleTimeout
 from .slots import WorkSlots
@@ -239,20 +240,24 @@ def _plan(inputs: list[str], opts: IngestOptions, report: IngestReport) -> list[
     return planned
 
 
-DatedWait = Callable[[], dict[str, YearAnchor]]
+DatedWait = Callable[[], dict[str, YearAnchor]]   # a year-less source waits for its host anchors (_Schedule.wait_anchors)
 
 
 class _Schedule:
-    """Sources on `workers` threads, largest first. A year-less source may need the dates of the full-date
-    sources of the same run (a host anchor): only at its very end does it wait for them (`dated`), running
-    any full-date source nobody has started yet itself, so two year-less sources never wait on each other
-    and no worker idles behind a wave barrier. Full-date sources never wait: no deadlock."""
+    """Sources on `workers` threads, largest first. A year-less source may need a year from another source of
+    the same host (a host anchor): only at its very end does it wait (`wait_anchors`), until every other source
+    of the run has landed or waits too, running any source nobody has started yet itself. The anchors are then
+    those of the full-date sources and of the year-less ones that took their year from their own lines; the
+    sources waiting are left out, so the answer does not depend on which finished first, and the waiting
+    sources never wait on each other: they all go on at once. Full-date sources never wait: no deadlock."""
 
     def __init__(self, dated: list, yearless: list, run_one: Callable, store: Store):
-        self.dated, self.yearless = {id(p) for p in dated}, yearless
+        self.yearless = {id(p) for p in yearless}
         self.pending = sorted([*dated, *yearless], key=lambda p: -_size(p[0]))  # stable: ties in input order
         self.run_one, self.store = run_one, store
-        self.left = len(dated)              # full-date sources not finished yet
+        self.left = len(self.pending)       # sources neither landed nor waiting for anchors
+        self.waited: set[int] = set()       # the sources that waited (counted out of `left` then)
+        self.waiting_paths: set[str] = set()
         self.cond = threading.Condition()
         self.results: dict[int, SourceResult] = {}
         self.errors: list[Exception] = []   # raised in a worker: raised again in the caller's thread
@@ -271,21 +276,18 @@ class _Schedule:
             raise self.errors[0]
         return self.results
 
-    def _take(self, dated_only: bool = False):  # -> (Source, Detection) | None, under the lock
-        for i, p in enumerate(self.pending):
-            if not dated_only or id(p) in self.dated:
-                return self.pending.pop(i)
-        return None
+    def _take(self):  # -> (Source, Detection) | None, under the lock
+        return self.pending.pop(0) if self.pending else None
 
     def _do(self, p) -> None:
-        is_dated = id(p) in self.dated
+        wait = partial(self.wait_anchors, p) if id(p) in self.yearless else None
         try:
-            self.results[id(p)] = self.run_one(p, None if is_dated else self.wait_dated)
+            self.results[id(p)] = self.run_one(p, wait)
         except Exception as e:  # noqa: BLE001 - the other sources go on; the caller sees it at the end
             self.errors.append(e)
         finally:
-            if is_dated:
-                with self.cond:
+            with self.cond:
+                if id(p) not in self.waited:
                     self.left -= 1
                     self.cond.notify_all()
 
@@ -297,20 +299,24 @@ class _Schedule:
                 return
             self._do(p)
 
-    def wait_dated(self) -> dict[str, YearAnchor]:
-        """The host anchors once every full-date source of this run has landed; the year-less sources of this
-        run are left out, so the answer does not depend on which finished first."""
+    def wait_anchors(self, p) -> dict[str, YearAnchor]:  # noqa: ANN001 - p: (Source, Detection)
+        """The host anchors for year-less source `p`, once every other source of this run has landed or waits
+        for them too (those are left out)."""
+        with self.cond:
+            self.waited.add(id(p))
+            self.waiting_paths.add(p[0].display)
+            self.left -= 1
+            self.cond.notify_all()
         while True:
             with self.cond:
-                p = self._take(dated_only=True)
-                if p is None:
+                q = self._take()
+                if q is None:
                     while self.left:
                         self.cond.wait()
                     if self._anchors is None:
-                        own = {s.display for s, _ in self.yearless}
-                        self._anchors = host_anchors(self.store, exclude=own)
+                        self._anchors = host_anchors(self.store, exclude=self.waiting_paths)
                     return self._anchors
-            self._do(p)
+            self._do(q)
 
 
 def _size(src: Source) -> int:
@@ -557,18 +563,29 @@ def raw_sha256(src: Source) -> str:
     return h.hexdigest()
 
 
-def host_anchors(store: Store, exclude: set[str] = frozenset()) -> dict[str, YearAnchor]:
-    """A full date per host, from exact or zone-assumed stamps of the sources in the store (but `exclude`d paths)."""
+def host_anchors(store: Store, exclude: Collection[str] = frozenset()) -> dict[str, YearAnchor]:
+    """A full date per host from the sources in the store (but `exclude`d paths): the last time of the first
+    source (by path) with exact or zone-assumed stamps; for a host with none, of the first whose year-less stamps
+    took their year from the source itself (`--year`, or its own lines: timefix.YEAR_OWN), said as such."""
     out: dict[str, YearAnchor] = {}
-    for e in store.sources():
-        if e.path not in exclude and e.host and e.last_ts and e.host not in out and (
-                e.ts_sources.get(TimeSource.EXACT.value) or e.ts_sources.get(TimeSource.ZONE_ASSUMED.value)):
-            try:
-                last = datetime.fromisoformat(e.last_ts.replace("Z", "+00:00"))
-            except ValueError:  # a stamp outside Python's datetime range anchors nothing
-                continue
-            out[e.host] = YearAnchor(last, f"the dates in {e.path}")
+    entries = [e for e in store.sources() if e.path not in exclude and e.host and e.last_ts]
+    for e in entries:
+        if e.host not in out and (e.ts_sources.get(TimeSource.EXACT.value)
+                                  or e.ts_sources.get(TimeSource.ZONE_ASSUMED.value)):
+            if (last := _iso_time(e.last_ts)) is not None:
+                out[e.host] = YearAnchor(last, f"the dates in {e.path}")
+    for e in entries:
+        if e.host not in out and e.year_from in YEAR_OWN and (last := _iso_time(e.last_ts)) is not None:
+            how = e.time_anchor.removeprefix("year inferred: ").split("; zone assumed")[0]
+            out[e.host] = YearAnchor(last, f"the year inferred for {e.path} from {how}")
     return out
+
+
+def _iso_time(iso: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:  # a stamp outside Python's datetime range anchors nothing
+        return None
 
 
 def ingest_source(store: Store, src: Source, det: Detection, opts: IngestOptions, rules,
@@ -732,8 +749,8 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
             else:
                 write_parquet(empty_events(), events_file, EVENT_SCHEMA)
             n_events = pl.scan_parquet(events_file).select(pl.len()).collect().item()
-            entry = _entry(src, det, sid, sha, fp, stats, records_file, n_events, how, bool(clock.rev), unparsed,
-                           clock.host_counts)
+            entry = replace(_entry(src, det, sid, sha, fp, stats, records_file, n_events, how, bool(clock.rev),
+                                   unparsed, clock.host_counts), year_from=clock.year_from)
             if anchor:  # the last boot anchored by --boot-time: said as an anchor found later says it
                 entry = replace(entry, time_anchor=_anchored(anchor, entry.ts_sources, " (the file's last boot)"))
         if lost:

@@ -101,6 +101,8 @@ class SourceEntry:
     events_name: str = ""    # the file under events/
     read_with: dict = field(default_factory=dict)  # the options its lines were read with (pipeline.read_with; {}:
                                                    # a store written before they were kept, read with the defaults)
+    year_from: str = ""      # where its year-less stamps took their year (timefix.YEAR_GIVEN ...; "": none, or a
+                             # store written before it was kept): one from the source itself anchors another's
 
 
 Kind = Literal["records", "events"]

@@ -40,6 +40,9 @@ BOOT_LINE = r"^-- Boot ([0-9a-f]{32}) --$"
 INFERRED = TimeSource.YEAR_INFERRED.value
 DATED = (TimeSource.EXACT.value, TimeSource.ZONE_ASSUMED.value)
 EXTRA = ("_w", "_ref")
+# where a source's year came from (SourceClock.year_from): from the source itself, it may anchor another's year
+YEAR_GIVEN, YEAR_FILE, YEAR_HOST, YEAR_MTIME, YEAR_NOW = "given", "file", "host", "mtime", "now"
+YEAR_OWN = (YEAR_GIVEN, YEAR_FILE)
 ZONE_HINT = " (the stamps print no zone; pass --tz to change)"
 
 
@@ -68,6 +71,7 @@ class SourceClock:
     wraps: int = 0
     prev_month: int | None = None
     last_ref: datetime | None = None
+    year_from: str = ""        # set by finish: YEAR_GIVEN ... YEAR_NOW ("" when no record is year-less)
     first_ref: datetime | None = None
     sg: tuple[str, int, int] | None = None          # (date, provisional month, _w) of the first SGLang stamp
     header_end: str | None = None
@@ -216,7 +220,7 @@ class SourceClock:
         notes = []
         exprs: list[pl.Expr] = []
         if self.inferred:
-            year_expr, how = self._year_expr()
+            year_expr, how, self.year_from = self._year_expr()
             exprs = [_final_ts(year_expr, self.tz).alias("ts"),
                      # a format's own word on its times (dmesg -e's unprinted seconds) follows the year's
                      pl.when(pl.col("ts_source") == INFERRED)
@@ -244,17 +248,17 @@ class SourceClock:
     def _off(self) -> pl.Expr:
         return (pl.lit(self.wraps) - pl.col("_w")) if self.rev else pl.col("_w")
 
-    def _year_expr(self) -> tuple[pl.Expr, str]:
+    def _year_expr(self) -> tuple[pl.Expr, str, str]:
         total = self.wraps
         off = self._off()
         if self.year is not None:
-            return off + (self.year - total), f"--year {self.year} (the year of the last line)"
+            return off + (self.year - total), f"--year {self.year} (the year of the last line)", YEAR_GIVEN
         if self.first_ref is not None:
             ref = pl.coalesce(pl.col("_ref"), pl.lit(self.first_ref, dtype=TS))
             ry = ref.dt.year().cast(pl.Int32)
             dm = pl.col("ts").dt.month().cast(pl.Int32) - ref.dt.month().cast(pl.Int32)
             per = pl.when(dm > 6).then(ry - 1).when(dm < -6).then(ry + 1).otherwise(ry)
-            return per, "the dated lines around them in the same file"
+            return per, "the dated lines around them in the same file", YEAR_FILE
         if self.sg is not None:
             date, month, w = self.sg
             y = int(date[:4])
@@ -263,22 +267,22 @@ class SourceClock:
             elif month == 1 and date[5:7] == "12":
                 y += 1
             o = (total - w) if self.rev else w
-            return off + (y - o), f"the SGLang stamps inside the same journal lines ({date})"
+            return off + (y - o), f"the SGLang stamps inside the same journal lines ({date})", YEAR_FILE
         if self.header_end is not None:
             end = datetime.strptime(self.header_end, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
-            return off + self._end_year(end), f"the journalctl header (`... end at {self.header_end}`)"
+            return off + self._end_year(end), f"the journalctl header (`... end at {self.header_end}`)", YEAR_FILE
         if self.captured is not None:
             line, end = self.captured
-            return off + self._end_year(end), f"the date printed when the file was captured (`{line}`)"
+            return off + self._end_year(end), f"the date printed when the file was captured (`{line}`)", YEAR_FILE
         hosts = sorted(h for h in self.host_counts if h in self.anchors)
         if hosts:
             a = self.anchors[hosts[0]]
-            return off + self._nearest_year(a.ts), f"{a.what} for host {hosts[0]} ({_iso(a.ts)})"
+            return off + self._nearest_year(a.ts), f"{a.what} for host {hosts[0]} ({_iso(a.ts)})", YEAR_HOST
         if self.mtime is not None:
             end = datetime.fromtimestamp(self.mtime, timezone.utc)
-            return off + self._end_year(end), f"the file's modification time ({_iso(end)})"
+            return off + self._end_year(end), f"the file's modification time ({_iso(end)})", YEAR_MTIME
         now = datetime.now(timezone.utc)
-        return off + (now.year - total), "no anchor at all: assumed the current year; pass --year"
+        return off + (now.year - total), "no anchor at all: assumed the current year; pass --year", YEAR_NOW
 
     def _offset_of(self, w: int) -> int:
         return (self.wraps - w) if self.rev else w
@@ -345,4 +349,4 @@ def fix_frame(recs: pl.DataFrame, clock: SourceClock) -> tuple[pl.DataFrame, str
     return out.drop(*EXTRA), how
 
 
-__all__ = ["SourceClock", "YearAnchor", "fix_frame", "EXTRA", "timedelta"]
+__all__ = ["SourceClock", "YearAnchor", "fix_frame", "EXTRA", "YEAR_OWN", "timedelta"]

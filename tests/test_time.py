@@ -140,6 +140,99 @@ def test_a_larger_year_less_source_still_waits_for_the_dated_one(tmp_path: Path,
     assert "for host" not in other["ts_anchor"][0]
 
 
+_DEC_2026 = 1796083200  # 2026-12-01T00:00:00Z: logs copied off the box long after the incident
+
+
+def _kernel_journal(path: Path, n: int = 4000) -> Path:
+    """A journal of kernel lines only (`journalctl -k`, short): nothing in it says the year; its mtime is late."""
+    path.write_text("".join(f"May 25 20:{i // 60 % 60:02d}:{i % 60:02d} box kernel: tick {i}\n" for i in range(n)))
+    os.utime(path, (_DEC_2026, _DEC_2026))
+    return path
+
+
+def _sglang_journal(path: Path) -> Path:
+    """A unit's journal (short): its python3 lines carry SGLang's own dated stamps, so it dates itself (2025)."""
+    path.write_text("May 25 20:10:00 box systemd[1]: Started sglang.service - SGLang.\n"
+                    "May 25 20:10:01 box python3[7]: [2025-05-25 20:10:01] server_args=ServerArgs(port=30000)\n"
+                    "May 25 20:16:00 box python3[7]: [2025-05-25 20:16:00] The server is fired up and ready to roll!\n")
+    os.utime(path, (_DEC_2026, _DEC_2026))
+    return path
+
+
+def _entry(store, name: str):  # noqa: ANN001, ANN202
+    (e,) = [x for x in store.sources() if x.path.endswith(name)]
+    return e
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("order", [("k.log", "s.log"), ("s.log", "k.log")])
+def test_a_year_less_source_takes_the_year_a_sibling_found_in_its_own_lines(
+        tmp_path: Path, workers: int, order: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seed's case with no ISO journal: a `journalctl -k` copy, whose only year would be its modification
+    time (a year and a half late), and the unit's journal, dated by SGLang's stamps inside it. The kernel lines
+    take the year the unit's journal found in its own lines, whichever starts or ends first, and say so."""
+    import forensics.pipeline as pipeline
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    monkeypatch.setattr(pipeline, "WORKERS", workers)
+    _kernel_journal(tmp_path / "k.log")           # the larger: it starts first, and waits at its end
+    _sglang_journal(tmp_path / "s.log")
+    store = Store(tmp_path / "st")
+    ingest(store, [str(tmp_path / n) for n in order], IngestOptions())
+    k, sg = _entry(store, "k.log"), _entry(store, "s.log")
+    assert sg.year_from == "file" and k.year_from == "host"
+    assert k.first_ts.startswith("2025-05-25T20:00:00") and k.last_ts.startswith("2025-05-25")
+    assert f"the year inferred for {tmp_path / 's.log'} from the SGLang stamps" in k.time_anchor
+    assert "for host box" in k.time_anchor
+    ts = records(store).filter(pl.col("path").str.ends_with("k.log"))
+    assert ts["ts"].dt.year().unique().to_list() == [2025] and set(ts["ts_source"]) == {"year_inferred"}
+    assert "the year inferred for" in ts["ts_anchor"][0]
+
+
+def test_the_year_of_a_sibling_in_the_store_anchors_a_later_run(tmp_path: Path) -> None:
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    store = Store(tmp_path / "st")
+    ingest(store, [str(_sglang_journal(tmp_path / "s.log"))], IngestOptions())
+    ingest(store, [str(_kernel_journal(tmp_path / "k.log"))], IngestOptions())
+    k = _entry(store, "k.log")
+    assert k.year_from == "host" and k.first_ts.startswith("2025-05-25") and "the year inferred for" in k.time_anchor
+
+
+def test_full_dates_anchor_before_a_siblings_inferred_year(tmp_path: Path) -> None:
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    (tmp_path / "d.log").write_text("2024-05-25T20:00:00+00:00 box sshd[1]: dated\n")
+    store = Store(tmp_path / "st")
+    ingest(store, [str(_kernel_journal(tmp_path / "k.log")), str(_sglang_journal(tmp_path / "s.log")),
+                   str(tmp_path / "d.log")], IngestOptions())
+    k = _entry(store, "k.log")
+    assert k.first_ts.startswith("2024-05-25") and f"the dates in {tmp_path / 'd.log'}" in k.time_anchor
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_year_less_sources_without_a_year_of_their_own_do_not_anchor_each_other(
+        tmp_path: Path, workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two copies with no year in them, of different ages: each keeps its own modification time's year (one
+    taken from a file's age is no better than another's), and both wait together, never on each other."""
+    import forensics.pipeline as pipeline
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    monkeypatch.setattr(pipeline, "WORKERS", workers)
+    a, b = _kernel_journal(tmp_path / "a.log", 3000), _kernel_journal(tmp_path / "b.log", 2000)
+    june_2023 = 1686009600  # 2023-06-06
+    os.utime(a, (june_2023, june_2023))
+    store = Store(tmp_path / "st")
+    ingest(store, [str(a), str(b)], IngestOptions())
+    ea, eb = _entry(store, "a.log"), _entry(store, "b.log")
+    assert (ea.year_from, eb.year_from) == ("mtime", "mtime")
+    assert ea.first_ts.startswith("2023-05-25") and eb.first_ts.startswith("2026-05-25")
+
+
 def test_unanchored_dmesg_is_marked_monotonic_only(tmp_path: Path) -> None:
     store, rep = ingest_text(tmp_path, "dmesg.txt", "[    0.000000] Linux version 6.8.0\n[   12.500000] hello\n")
     df = records(store)
