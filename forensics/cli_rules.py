@@ -17,6 +17,7 @@ from typing import Any
 import click
 import polars as pl
 
+from .model import line_span
 from .query import name_filter
 from .rulepacks import (
     KINDS,
@@ -468,7 +469,7 @@ def events_cmd(ctx: click.Context, kinds: tuple[str, ...], severity: str | None,
     else:
         for e in rows:
             ts = iso(e["ts"]) or "-"
-            where = f"{e['path']}:{e['line']}" + (f"-{e['line_end']}" if e["line_end"] != e["line"] else "")
+            where = f"{e['path']}:{line_span(e['line'], e['line_end'])}"
             who = " ".join(x for x in (e["host"], e["unit"]) if x) or "-"
             click.echo(f"{ts}  {e['severity']:8} {e['role']:7} {e['kind']:27} {who}  {where}  {e['title']}")
         click.echo(f"{len(rows)} event(s)", err=True)

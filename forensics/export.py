@@ -30,6 +30,7 @@ from typing import Any, BinaryIO, Literal, TextIO
 
 import polars as pl
 
+from forensics.model import line_span
 from forensics.schema import EVENT_SCHEMA, RECORD_SCHEMA, conform
 
 __all__ = ["EXPORT_FORMATS", "Written", "write_rows", "row_dicts"]
@@ -243,7 +244,7 @@ def _where(path: str | None, line: int | None, end: int | None) -> str:
         return ""
     if line is None:
         return f"({_show(path)})"
-    return f"({_show(path)}:{line}{f'-{end}' if end is not None and end > line else ''})"
+    return f"({_show(path)}:{line_span(line, end)})"
 
 
 def _where_field() -> list[pl.Expr]:

@@ -136,6 +136,11 @@ class Incident:
         return to_jsonable(self)
 
 
+def line_span(line: int, line_end: int | None) -> str:
+    """A record's lines as every listing writes them after `path:`: `12`, or `12-14` for a record of several."""
+    return f"{line}-{line_end}" if line_end is not None and line_end > line else f"{line}"
+
+
 def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, Enum):
         return obj.value

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from forensics.configreview import is_dump
-from forensics.model import Conclusion, Event, Evidence, Incident
+from forensics.model import Conclusion, Event, Evidence, Incident, line_span
 from forensics.render.data import Excerpt, ExcerptLine, ReportData
 from forensics.render.impact import unit_impacts
 from forensics.render.options import ReportOptions
@@ -264,10 +264,6 @@ def short_paths(paths: list[str]) -> dict[str, str]:
     return out
 
 
-def _lines(line: int, line_end: int) -> str:
-    return f"{line}" if line_end <= line else f"{line}-{line_end}"
-
-
 class _Builder:
     def __init__(self, incident: Incident, excerpts: tuple[Excerpt, ...], index: int, clock: Clock) -> None:
         self.i = incident
@@ -293,7 +289,7 @@ class _Builder:
     # -- small pieces
 
     def where(self, path: str, line: int, line_end: int) -> str:
-        return f"{self.short.get(path, path)}:{_lines(line, line_end)}"
+        return f"{self.short.get(path, path)}:{line_span(line, line_end)}"
 
     def where_many(self, evs: list[Event]) -> str:
         """`journal.log:156-157`, `journal.log:12, 40`, or one `path:line` per source."""
@@ -308,7 +304,7 @@ class _Builder:
                     merged[-1][1] = max(merged[-1][1], b)
                 else:
                     merged.append([a, b])
-            shown = ", ".join(_lines(a, b) for a, b in merged[:4]) + (", ..." if len(merged) > 4 else "")
+            shown = ", ".join(line_span(a, b) for a, b in merged[:4]) + (", ..." if len(merged) > 4 else "")
             parts.append(f"{self.short.get(path, path)}:{shown}")
         return "; ".join(parts)
 
@@ -355,7 +351,7 @@ class _Builder:
                 is_root=e.id == self.root_event, is_cause=e.id in self.cause_events, event_ids=(e.id,)))
         return tuple(rows)
 
-    def key_lines(self) -> tuple[KeyLine, ...]:
+    def keyline_span(self) -> tuple[KeyLine, ...]:
         groups: dict[tuple[str, str], list[Event]] = {}
         for e in self.i.events:
             if e.kind == "server_config" or not e.explain:
@@ -462,7 +458,7 @@ class _Builder:
         for x in self.excerpts:
             width = len(str(x.last))
             text = "\n".join(_gutter(ln, width) for ln in x.lines)
-            out.append(ExcerptView(x.path, f"{x.path}:{_lines(x.first, x.last)}", text, x.notes, x.from_file))
+            out.append(ExcerptView(x.path, f"{x.path}:{line_span(x.first, x.last)}", text, x.notes, x.from_file))
         return tuple(out)
 
     def sources(self) -> tuple[SourceView, ...]:
@@ -499,7 +495,7 @@ class _Builder:
         return IncidentView(
             index=self.index, id=i.id, headline=i.headline, date=date, window=window, hosts=i.hosts, units=i.units,
             failed_units=failed, root=root, conclusions=conclusions, impact=impact, timeline=timeline,
-            timeline_has_inferred=any(r.time.inferred for r in timeline), key_lines=self.key_lines(),
+            timeline_has_inferred=any(r.time.inferred for r in timeline), key_lines=self.keyline_span(),
             configs=self.configs(), environment=self.environment(), gaps=tuple(GapView(g.what, g.why, g.commands)
                                                                                for g in i.gaps),
             actions=self.actions(), excerpts=self.excerpt_views(), excerpts_total=len(self.excerpts),
