@@ -452,11 +452,14 @@ def events_cmd(ctx: click.Context, kinds: tuple[str, ...], severity: str | None,
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         click.echo(f"warning: unknown kind(s) {', '.join(unknown)}; see `forensics rules list`", err=True)
+    listing = not (as_json or out_format)
+    unit_col = event_units(ctx) if units or listing else None
     lf = filter_events(open_events(ctx), kinds=kinds, severity=severity, roles=roles, units=units, hosts=hosts,
-                       rules_=rule_ids, since=since_t, until=until_t,
-                       unit_column=event_units(ctx) if units else None)
+                       rules_=rule_ids, since=since_t, until=until_t, unit_column=unit_col)
     if limit is not None:
         lf = lf.head(limit)
+    if listing and unit_col is not None:  # the unit a line that names none is taken to be, shown with `~`
+        lf = lf.with_columns(unit_col.alias("_taken_unit"))
     df = lf.collect()
     if out_format:
         from .export import write_rows
@@ -467,10 +470,16 @@ def events_cmd(ctx: click.Context, kinds: tuple[str, ...], severity: str | None,
     if as_json:
         click.echo(json.dumps([event_json(e) for e in rows], indent=1, ensure_ascii=False))
     else:
+        taken = 0
         for e in rows:
             ts = iso(e["ts"]) or "-"
             where = f"{e['path']}:{line_span(e['line'], e['line_end'])}"
-            who = " ".join(x for x in (e["host"], e["unit"]) if x) or "-"
+            unit = e["unit"]
+            if unit is None and e.get("_taken_unit"):
+                unit, taken = f"{e['_taken_unit']}~", taken + 1
+            who = " ".join(x for x in (e["host"], unit) if x) or "-"
             click.echo(f"{ts}  {e['severity']:8} {e['role']:7} {e['kind']:27} {who}  {where}  {e['title']}")
-        click.echo(f"{len(rows)} event(s)", err=True)
+        click.echo(f"{len(rows)} event(s)" + (f"; unit~: {taken} of their lines name no unit, and are taken to be "
+                                              "that unit's (its `journalctl -u` journal, or a file named after it)"
+                                              if taken else ""), err=True)
     sys.exit(0 if rows else 1)

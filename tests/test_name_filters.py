@@ -113,3 +113,15 @@ def test_events_take_a_unit_without_its_suffix(store: Path) -> None:
     eagle = json.loads(events("--unit", "sglang-k26-eagle3"))
     assert any(e["kind"] == "service_killed" for e in eagle) and not any(e["kind"] == "flashinfer_arch_unsupported"
                                                                          for e in eagle)
+
+
+def test_the_events_listing_shows_a_unit_taken_with_a_mark(store: Path) -> None:
+    r = CliRunner().invoke(main, ["--store", str(store), "events", "--kind", "flashinfer_arch_unsupported",
+                                  "--kind", "service_killed"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    arch = [x for x in lines if "flashinfer_arch_unsupported" in x]
+    assert len(arch) == 2 and all(" sglang-k26.service~  " in x for x in arch)
+    killed = [x for x in lines if "service_killed" in x and "journal-k26.log" in x]
+    assert killed and all(" sglang-k26.service  " in x for x in killed)   # named by its line: no mark
+    assert "unit~: 2 of their lines name no unit" in r.stderr
