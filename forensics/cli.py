@@ -255,11 +255,13 @@ def timeline(ctx: click.Context, since: str | None, until: str | None, host: str
 
 def _write_stream(tl, fmt: str) -> None:  # noqa: ANN001 - a query.TimelineStream
     """A timeline a window at a time (the same text as `export.write_rows` of the whole of it)."""
-    from .export import table_widths, write_record_stream, write_record_table, write_rows
+    from .export import odd_names, table_widths, write_record_stream, write_record_table, write_rows
 
     if fmt == "table":
         _, host_len, ident_len = tl.widths()
-        write_record_table(tl.frames, sys.stdout, table_widths(host_len, ident_len))
+        names = tl.names()  # checked once for every window, not window by window
+        write_record_table(tl.frames, sys.stdout, table_widths(host_len, ident_len),
+                           None if names is None else odd_names(names))
     elif fmt == "timesketch":  # JSON lines made row by row: each window's rows follow the last's
         for df in tl.frames:
             write_rows(df, fmt, sys.stdout, "records")

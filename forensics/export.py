@@ -203,11 +203,13 @@ def table_widths(host_max: int | None, ident_max: int | None) -> tuple[int, int]
     return _width(host_max, 24), min(32, max(_width(ident_max, 24) + 8, 8))
 
 
-def write_record_table(frames: Iterable[pl.DataFrame], out: TextIO, widths: tuple[int, int]) -> int:
-    """The records table of frames written one after the other (in order), with the given column widths."""
+def write_record_table(frames: Iterable[pl.DataFrame], out: TextIO, widths: tuple[int, int],
+                       odd: list[pl.Expr] | None = None) -> int:
+    """The records table of frames written one after the other (in order), with the given column widths; `odd`:
+    `odd_names` of every name the frames may hold (else each frame's are checked)."""
     host_w, who_w = widths
     out.write(f"{'TIME (UTC)':<24} {'HOST':<{host_w}} {'SOURCE':<{who_w}} MESSAGE (WHERE)\n")
-    return sum(_write_record_rows(df, out, host_w, who_w) for df in frames)
+    return sum(_write_record_rows(df, out, host_w, who_w, odd) for df in frames)
 
 
 def _write_table(rows: Iterator[dict[str, Any]], out: TextIO, kind: Kind, df: pl.DataFrame) -> int:
@@ -277,7 +279,8 @@ _MILLIS = pl.Series([f"{k:03d}" for k in range(1000)])
 _UNTIMED = "-".ljust(24)
 
 
-def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int) -> int:
+def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int,
+                       odd: list[pl.Expr] | None = None) -> int:
     """The table's record rows, built by polars a slice at a time: the same text as `_record_row`, written by
     polars' CSV writer as five fields joined by spaces, unquoted. A message of printable ASCII is its own field
     (nearly every row; 4.2 M records of a busy day are formatted in about a second); any other message is cut to
@@ -285,12 +288,12 @@ def _write_record_rows(df: pl.DataFrame, out: TextIO, host_w: int, who_w: int) -
     frame = conform(df, RECORD_SCHEMA)
     if _PLAIN in df.columns:
         frame = frame.with_columns(df.get_column(_PLAIN))
-    odd_names = _odd_names(frame)
+    odd_exprs = odd_names(frame) if odd is None else odd
     chunks = list(frame.iter_slices(VECTOR_SLICE))
     for i in range(0, len(chunks), VECTOR_AT_ONCE):
         group = chunks[i:i + VECTOR_AT_ONCE]
         built = pl.collect_all([c.lazy().select(_time_field(c), *_name_fields(host_w, who_w), pl.col("message").alias("m"),
-                                                *_where_field(), pl.any_horizontal(*odd_names, False).alias("o"))
+                                                *_where_field(), pl.any_horizontal(*odd_exprs, False).alias("o"))
                                 for c in group])
         for chunk, got in zip(group, built):
             _write_fields(_mend_fields(chunk, got, host_w, who_w), out)
@@ -315,15 +318,21 @@ def _plain_messages(message: pl.Series) -> pl.Series:
     return printable.fill_null(True) | (message.str.len_bytes() == 0)
 
 
-def _odd_names(df: pl.DataFrame) -> list[pl.Expr]:
-    """Expressions true on the rows whose host, ident (unit where the ident is empty) or path has a character the
-    table escapes. Names are few: their distinct values are checked, and a unit only where it is shown."""
+def _shown_names() -> dict[str, pl.Expr]:
+    """The names the table shows: host, ident, path, and the unit where the ident is empty."""
     ident = pl.col("ident")
-    shown = {"host": pl.col("host"), "ident": ident, "unit": pl.col("unit").filter(ident.is_null() | (ident == "")),
-             "path": pl.col("path")}
-    distinct = df.lazy().select(*(v.unique().drop_nulls().implode().alias(c) for c, v in shown.items())).collect()
+    return {"host": pl.col("host"), "ident": ident, "unit": pl.col("unit").filter(ident.is_null() | (ident == "")),
+            "path": pl.col("path")}
+
+
+def odd_names(df: pl.DataFrame | pl.LazyFrame) -> list[pl.Expr]:
+    """Expressions true on the rows whose host, ident (unit where the ident is empty) or path has a character the
+    table escapes, for rows whose names are among those of `df` (records, or any frame with those four columns,
+    such as the sources' profiles: what every window of a timeline may show, checked once). Names are few: their
+    distinct values are checked, and a unit only where it is shown."""
+    distinct = df.lazy().select(*(v.unique().drop_nulls().implode().alias(c) for c, v in _shown_names().items())).collect()
     out = []
-    for c in shown:
+    for c in _shown_names():
         values = distinct.get_column(c)[0]
         bad = values.filter(values.str.contains(_ODD_NAME))
         if bad.len():

@@ -237,6 +237,13 @@ def cancel_ahead() -> None:
                 del _PENDING[path]
 
 
+def kept_groups(store, sid: str) -> pl.DataFrame | None:  # noqa: ANN001 - store.Store
+    """The groups of a source's profile (its distinct GROUP_KEYS, counted) when they are in the cache, else None
+    (never computed here: a query that can do without them asks this)."""
+    paths = _names(store.records_file(sid), store.cache_dir)
+    return None if paths is None else _read(paths[0])
+
+
 def of_source(store, sid: str, env: bool = True) -> Profile | None:  # noqa: ANN001 - store.Store
     """The profile of a listed source: the cached tables, else computed (and cached when the store is
     writable); None when its records file is gone (a writer replaced it meanwhile). `env=False`: without the

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
+from . import profile
 from .globs import globs_expr
 from .record_tables import UnitFills, log_class, of_store, unit_fills
 from .rowgroups import WindowReader, in_order, untimed_reads, with_order
@@ -107,6 +108,21 @@ class TimelineStream:
 
     frames: Iterator[pl.DataFrame]
     _whole: pl.LazyFrame
+    _store: Store | None = None
+    _entries: tuple[SourceEntry, ...] = ()
+
+    def names(self) -> pl.DataFrame | None:
+        """Every (host, ident, unit, path) the frames may hold, distinct: the kept profiles of their sources
+        (None when one is not kept: the frames' own are then all there is)."""
+        if self._store is None:
+            return None
+        groups = []
+        for e in self._entries:
+            g = profile.kept_groups(self._store, e.source_id)
+            if g is None:
+                return None
+            groups.append(g.select("host", "ident", "unit", "path"))
+        return pl.concat(groups, how="vertical_relaxed") if groups else None
 
     def widths(self) -> tuple[int, int | None, int | None]:
         """(records, longest host, longest ident) of the whole span."""
@@ -176,7 +192,8 @@ def timeline_stream(store: Store, since: datetime | None = None, until: datetime
                 ahead = pool.submit(reads[k + 1]) if k + 1 < len(reads) else None
                 yield now
 
-    return TimelineStream(frames=frames(), _whole=whole)
+    read = entries if since is None and until is None else _overlapping(entries, lo, hi)  # the sources read
+    return TimelineStream(frames=frames(), _whole=whole, _store=store, _entries=tuple(read))
 
 
 def _prepared(read: Callable[[], pl.DataFrame], prepare: Callable[[pl.DataFrame], pl.DataFrame]) -> pl.DataFrame:

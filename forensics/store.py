@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
@@ -103,6 +103,15 @@ class SourceEntry:
                                                    # a store written before they were kept, read with the defaults)
     year_from: str = ""      # where its year-less stamps took their year (timefix.YEAR_GIVEN ...; "": none, or a
                              # store written before it was kept): one from the source itself anchors another's
+
+
+_ENTRY_FIELDS = frozenset(f.name for f in fields(SourceEntry))
+
+
+def entry_of(raw: dict) -> SourceEntry:
+    """A manifest's source entry; keys a later version added are left out (its store stays readable), and
+    those it lacks take their defaults (a store written before they were kept)."""
+    return SourceEntry(**{k: v for k, v in raw.items() if k in _ENTRY_FIELDS})
 
 
 Kind = Literal["records", "events"]
@@ -213,7 +222,7 @@ class Store:
         os.replace(tmp, self.manifest_path)
 
     def sources(self) -> list[SourceEntry]:
-        entries = [SourceEntry(**v) for v in self.manifest()["sources"].values()]
+        entries = [entry_of(v) for v in self.manifest()["sources"].values()]
         return sorted(entries, key=lambda e: (e.path, e.source_id))
 
     def find(self, sha256: str) -> SourceEntry | None:
@@ -224,7 +233,7 @@ class Store:
 
     def of_path(self, path: str) -> list[SourceEntry]:
         """The sources listed under this path (the manifest parsed again only when it was replaced)."""
-        return sorted((SourceEntry(**v) for v in self._cached_sources().values() if v.get("path") == path),
+        return sorted((entry_of(v) for v in self._cached_sources().values() if v.get("path") == path),
                       key=lambda e: e.source_id)
 
     def find_fingerprint(self, fingerprint: str) -> list[SourceEntry]:
@@ -233,7 +242,7 @@ class Store:
     def entry(self, source_id: str) -> SourceEntry | None:
         """The source's entry as the manifest lists it now (None when it is not listed)."""
         raw = self.manifest()["sources"].get(source_id)
-        return SourceEntry(**raw) if raw is not None else None
+        return entry_of(raw) if raw is not None else None
 
     # -- writing
     def staging(self) -> Path:
@@ -291,7 +300,7 @@ class Store:
             expired = supersede(data, gone)
             self._write_manifest(data)
             self._delete(expired)
-        return [SourceEntry(**e) for e in gone]
+        return [entry_of(e) for e in gone]
 
     def update_events(self, source_id: str, events: Path, count: int, records_name: str | None = None) -> bool:
         """Replace a source's events and only its `events` count (re-read under the lock, so an update

@@ -73,7 +73,7 @@ def test_record_table_matches_the_row_path(monkeypatch) -> None:  # noqa: ANN001
                               schema={c: RECORD_SCHEMA[c] for c in cols}).with_columns(
         pl.lit("p.log").alias("path"), pl.int_range(1, len(rows) + 1).alias("line"),
         pl.int_range(1, len(rows) + 1).alias("line_end"), pl.lit("journal-short").alias("format")), RECORD_SCHEMA)
-    def row_path(frame: pl.DataFrame, out: io.StringIO, host_w: int, who_w: int) -> int:
+    def row_path(frame: pl.DataFrame, out: io.StringIO, host_w: int, who_w: int, odd: object = None) -> int:
         for r in row_dicts(frame, "records"):
             out.write(export._record_row(r, host_w, who_w))
         return frame.height

@@ -202,3 +202,25 @@ def test_a_version_1_store_is_read_and_migrated(tmp_path: Path) -> None:
     assert migrate(store.path) == 1
     (e,) = Store(store.path).sources()
     assert e.records_name == f"{e.source_id}.parquet" and check(store.path, min_age=0).ok
+
+
+def test_a_manifest_entry_with_keys_of_a_later_version_is_read(tmp_path: Path) -> None:
+    """A store a later version wrote (a key this one does not know on each source) stays readable: the sources
+    list, a query reads them; a key it lacks takes its default (year_from, kept since the 27th session)."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from forensics.cli import main
+    from helpers import ingest_text
+
+    store, _ = ingest_text(tmp_path, "j.log", "2025-05-25T20:00:00+00:00 h sshd[1]: hello\n")
+    data = _json.loads(store.manifest_path.read_text())
+    for v in data["sources"].values():
+        v["from_a_later_version"] = {"x": 1}
+        del v["year_from"]
+    store.manifest_path.write_text(_json.dumps(data))
+    (e,) = store.sources()
+    assert e.path.endswith("j.log") and e.year_from == ""
+    r = CliRunner().invoke(main, ["--store", str(store.path), "timeline", "--format", "jsonl"])
+    assert r.exit_code == 0 and '"message":"hello"' in r.output

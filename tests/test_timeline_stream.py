@@ -218,3 +218,40 @@ def test_every_table_row_says_where_it_is(tmp_path: Path) -> None:
     assert len(lines) - 1 == len(places) > 500
     assert all(line.endswith(" " + place) for line, place in zip(lines[1:], places))
     assert any("-" in p.rsplit(":", 1)[1] for p in places)  # multi-line records are among them
+
+
+def test_names_to_escape_are_checked_once_for_the_whole_timeline(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The table escapes a host or ident with a control or bidi character. Where the sources' profiles are
+    kept, their names are checked once for every window; without them, window by window: the same text."""
+    t = datetime(2025, 5, 25, 20, 0, 0)
+    odd = tmp_path / "odd.log"
+    odd.write_text("".join(f"{t + timedelta(minutes=i):%b %d %H:%M:%S} gpu\u202e9 ap\x1bp[{i}]: step {i}\n"
+                           for i in range(0, 180, 7)))
+    d = _log(tmp_path)
+    r = CliRunner().invoke(main, ["--store", str(tmp_path / "st"), "ingest", "--year", "2025",
+                                  str(d / "a.log"), str(d / "b.log"), str(odd)])
+    assert r.exit_code == 0, r.output
+    store = Store(tmp_path / "st")
+    since, until = datetime(2025, 5, 25, 20, 10, tzinfo=UTC), datetime(2025, 5, 25, 22, 40, tzinfo=UTC)
+    whole = io.StringIO()
+    write_rows(timeline_frame(store, since, until), "table", whole, "records")
+    assert "\\u202e" in whole.getvalue() and "\\x1b" in whole.getvalue()
+    named: list[bool] = []
+    real = query.TimelineStream.names
+
+    def spy(self):  # noqa: ANN001, ANN202
+        out = real(self)
+        named.append(out is not None)
+        return out
+
+    monkeypatch.setattr(query.TimelineStream, "names", spy)
+    monkeypatch.setattr(query, "WINDOW", timedelta(minutes=20))
+    args = ["--store", str(store.path), "timeline", "--since", "2025-05-25 20:10", "--until", "2025-05-25 22:40"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0 and r.output == whole.getvalue() and named == [True]
+    gone = list(store.cache_dir.glob("*.groups.parquet"))
+    assert gone
+    for kept in gone:
+        kept.unlink()
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0 and r.output == whole.getvalue() and named == [True, False]
