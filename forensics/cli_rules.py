@@ -397,12 +397,21 @@ def event_units(ctx: click.Context) -> pl.Expr:
     return unit_column(_open_store(ctx), events=True)
 
 
+def event_hosts(ctx: click.Context) -> pl.Expr:
+    """The events' host as `--host` reads it (query.host_column: an event of a line that names no host is the
+    host the incidents take it to be). Tests replace this function."""
+    from .query import host_column
+
+    return host_column(_open_store(ctx))
+
+
 def filter_events(lf: pl.LazyFrame, *, kinds: Sequence[str] = (), severity: str | None = None,
                   roles: Sequence[str] = (), units: Sequence[str] = (), hosts: Sequence[str] = (),
                   rules_: Sequence[str] = (), since: datetime | None = None,
-                  until: datetime | None = None, unit_column: pl.Expr | None = None) -> pl.LazyFrame:
+                  until: datetime | None = None, unit_column: pl.Expr | None = None,
+                  host_column: pl.Expr | None = None) -> pl.LazyFrame:
     """The events filter of `forensics events` (severity is a minimum: `error` keeps error and critical);
-    `unit_column`: what `units` are tested against (the `unit` column when not given)."""
+    `unit_column`, `host_column`: what `units` and `hosts` are tested against (the columns when not given)."""
     if kinds:
         lf = lf.filter(pl.col("kind").is_in(list(kinds)))
     if severity:
@@ -415,7 +424,7 @@ def filter_events(lf: pl.LazyFrame, *, kinds: Sequence[str] = (), severity: str 
     if units:
         lf = lf.filter(name_filter(pl.col("unit") if unit_column is None else unit_column, units, unit=True))
     if hosts:
-        lf = lf.filter(name_filter("host", hosts))
+        lf = lf.filter(name_filter(pl.col("host") if host_column is None else host_column, hosts))
     if since is not None:
         lf = lf.filter(pl.col("ts") >= since)
     if until is not None:
@@ -433,7 +442,9 @@ def filter_events(lf: pl.LazyFrame, *, kinds: Sequence[str] = (), severity: str 
               help="Only this unit or glob (repeatable; sglang-k26 is sglang-k26.service). Lines that name no unit "
                    "count as the unit's where the report takes them to be: in a `journalctl -u` journal of it, or "
                    "in a file named after it (sglang-k26.log).")
-@click.option("--host", "hosts", multiple=True, help="Only this host or glob (repeatable).")
+@click.option("--host", "hosts", multiple=True,
+              help="Only this host or glob (repeatable). Lines that name no host count as the host's where the "
+                   "report takes them to be: in a store of one host, or in a file that names it on other lines.")
 @click.option("--since", help="Start (e.g. 2025-05-25 or '2025-05-25 20:15'; zone --tz).")
 @click.option("--until", help="End (exclusive).")
 @click.option("--tz", default="UTC", show_default=True, help="Zone for --since/--until given without one.")
@@ -454,12 +465,13 @@ def events_cmd(ctx: click.Context, kinds: tuple[str, ...], severity: str | None,
         click.echo(f"warning: unknown kind(s) {', '.join(unknown)}; see `forensics rules list`", err=True)
     listing = not (as_json or out_format)
     unit_col = event_units(ctx) if units or listing else None
+    host_col = event_hosts(ctx) if hosts or listing else None
     lf = filter_events(open_events(ctx), kinds=kinds, severity=severity, roles=roles, units=units, hosts=hosts,
-                       rules_=rule_ids, since=since_t, until=until_t, unit_column=unit_col)
+                       rules_=rule_ids, since=since_t, until=until_t, unit_column=unit_col, host_column=host_col)
     if limit is not None:
         lf = lf.head(limit)
-    if listing and unit_col is not None:  # the unit a line that names none is taken to be, shown with `~`
-        lf = lf.with_columns(unit_col.alias("_taken_unit"))
+    if listing:  # the host and unit a line that names none is taken to be, shown with `~`
+        lf = lf.with_columns(host_col.alias("_taken_host"), unit_col.alias("_taken_unit"))
     df = lf.collect()
     if out_format:
         from .export import write_rows
@@ -470,16 +482,20 @@ def events_cmd(ctx: click.Context, kinds: tuple[str, ...], severity: str | None,
     if as_json:
         click.echo(json.dumps([event_json(e) for e in rows], indent=1, ensure_ascii=False))
     else:
-        taken = 0
+        taken = taken_h = 0
         for e in rows:
             ts = iso(e["ts"]) or "-"
             where = f"{e['path']}:{line_span(e['line'], e['line_end'])}"
-            unit = e["unit"]
+            host, unit = e["host"], e["unit"]
+            if host is None and e.get("_taken_host"):
+                host, taken_h = f"{e['_taken_host']}~", taken_h + 1
             if unit is None and e.get("_taken_unit"):
                 unit, taken = f"{e['_taken_unit']}~", taken + 1
-            who = " ".join(x for x in (e["host"], unit) if x) or "-"
+            who = " ".join(x for x in (host, unit) if x) or "-"
             click.echo(f"{ts}  {e['severity']:8} {e['role']:7} {e['kind']:27} {who}  {where}  {e['title']}")
-        click.echo(f"{len(rows)} event(s)" + (f"; unit~: {taken} of their lines name no unit, and are taken to be "
-                                              "that unit's (its `journalctl -u` journal, or a file named after it)"
-                                              if taken else ""), err=True)
+        said = [f"host~: {taken_h} of their lines name no host, and are taken to be that host's (the store's "
+                "only host, or the one their file names)"] if taken_h else []
+        said += [f"unit~: {taken} of their lines name no unit, and are taken to be that unit's (its `journalctl -u` "
+                 "journal, or a file named after it)"] if taken else []
+        click.echo("; ".join([f"{len(rows)} event(s)", *said]), err=True)
     sys.exit(0 if rows else 1)

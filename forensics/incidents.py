@@ -69,7 +69,7 @@ from .correlate_local import LocalMatcher
 from .dayscope import Reach, Span, Window, day_of, first_window
 from . import dayscope
 from .environment import Fingerprint, fingerprints
-from .record_tables import compute_tables, one_host_files, record_tables, unit_fills
+from .record_tables import compute_tables, host_fills, record_tables, unit_fills
 from .schema import empty_events
 from .store import scan_files
 from .model import Conclusion, Confidence, Event, Evidence, Gap, Incident, SourceInfo, to_jsonable
@@ -127,12 +127,13 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
     # -- hosts: one host in the store fills the files that name none; several: each such file is its own
     hosts = sorted({h for h in rec["host"].to_list() if h} | {h for h in ev_hosts["host"].to_list() if h}
                    | {e.host for e in sources if e.host})
-    single = len(hosts) == 1
+    fills_h = host_fills(kept_tables, hosts)
+    single = fills_h.only is not None
     with_host = {p for p, h in zip(rec["path"].to_list(), rec["host"].to_list()) if h is not None}
     hostless = sorted({p for p, h in zip(rec["path"].to_list(), rec["host"].to_list())
                        if h is None and p not in with_host})
     if single:
-        fill_host = pl.col("host").fill_null(pl.lit(hosts[0]))
+        fill_host = fills_h.filled()
         for p in hostless:
             assumptions.append((p, Gap(what=f"The host of {p}",
                                        why=f"{p} names no host; it is taken to be {hosts[0]}, the only host in the "
@@ -141,10 +142,9 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
         pseudo = {p: f"unknown host ({PurePath(p).name})" for p in hostless}
         # a file that names one host, and none on some records (a `systemctl status` paste's untimed lines, a
         # dmesg's boots left unanchored): those records are that host's
-        own = one_host_files(rec)
+        own = fills_h.files
         hostless_events = set(ev_hostless["path"].to_list())
-        fill_host = pl.coalesce(pl.col("host"), pl.col("path").replace_strict({**own, **pseudo}, default=None,
-                                                                               return_dtype=pl.String))
+        fill_host = fills_h.filled(pseudo)
         for p, h in sorted(own.items()):
             if p not in hostless_events:  # only their events' host is told (a journal's `-- Boot --` lines have none)
                 continue

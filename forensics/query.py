@@ -13,7 +13,7 @@ import polars as pl
 
 from . import profile
 from .globs import globs_expr
-from .record_tables import UnitFills, log_class, of_store, unit_fills
+from .record_tables import UnitFills, host_fills, log_class, of_store, unit_fills
 from .rowgroups import WindowReader, in_order, untimed_reads, with_order
 from .schema import RECORD_SCHEMA, empty_events, empty_records
 from .store import SourceEntry, Store, scan_files
@@ -54,10 +54,15 @@ def name_filter(col: str | pl.Expr, values: Sequence[str], unit: bool = False) -
     return globs_expr(col, names).fill_null(False)
 
 
+def _named(store: Store, col: str) -> list[str]:
+    """The distinct values of `col` the store's events name."""
+    ev = scan_files(store.files_of("events"), empty_events())
+    return ev.select(pl.col(col).drop_nulls().unique()).collect().to_series().to_list()
+
+
 def unit_fills_of(store: Store) -> UnitFills:
     """The store's UnitFills: which sources' lines without a unit the incidents take to be a unit's."""
-    named = scan_files(store.files_of("events"), empty_events()).select(pl.col("unit").drop_nulls().unique()).collect()
-    return unit_fills(of_store(store), named["unit"].to_list())
+    return unit_fills(of_store(store), _named(store, "unit"))
 
 
 def unit_column(store: Store, events: bool = False) -> pl.Expr:
@@ -75,9 +80,18 @@ def unit_column(store: Store, events: bool = False) -> pl.Expr:
     return fills.filled(pl.col("unit").is_null() & (log_class() == "service"))
 
 
-def _keep(host: str | None, unit: str | None, pattern: str | None, units: pl.Expr | None) -> pl.Expr | None:
-    """The filters other than time, as one expression (None: none); `units`: `unit_column`, when `unit` is given."""
-    keep = [name_filter("host", [host])] if host else []
+def host_column(store: Store) -> pl.Expr:
+    """The records' (or events') host as `--host` reads it: a line that names none is the host the incidents take
+    it to be (record_tables.HostFills): the store's one host, or the one its file names on its other lines."""
+    hosts = [*_named(store, "host"), *(e.host for e in store.sources() if e.host)]
+    return host_fills(of_store(store), hosts).filled()
+
+
+def _keep(host: str | None, unit: str | None, pattern: str | None, units: pl.Expr | None,
+          hosts: pl.Expr | None = None) -> pl.Expr | None:
+    """The filters other than time, as one expression (None: none); `units`, `hosts`: `unit_column` and
+    `host_column`, when `unit` and `host` are given."""
+    keep = [name_filter(hosts if hosts is not None else pl.col("host"), [host])] if host else []
     keep += [name_filter(units if units is not None else pl.col("unit"), [unit], unit=True)] if unit else []
     keep += [pl.col("message").str.contains(pattern)] if pattern else []
     return pl.all_horizontal(keep) if keep else None
@@ -89,7 +103,8 @@ def timeline_frame(store: Store, since: datetime | None = None, until: datetime 
                    columns: Sequence[str] | None = None) -> pl.DataFrame:
     """Records in time order (untimed records last, in file order), filtered. `untimed`: only those without
     a time (the end of a timeline without bounds); `entries`, `columns`: as `_filtered` takes them."""
-    lf = _filtered(store, since, until, _keep(host, unit, pattern, unit_column(store) if unit else None), entries,
+    keep = _keep(host, unit, pattern, unit_column(store) if unit else None, host_column(store) if host else None)
+    lf = _filtered(store, since, until, keep, entries,
                    None if columns is None else with_order(columns))
     if untimed:
         lf = lf.filter(pl.col("ts").is_null())
@@ -159,12 +174,12 @@ def timeline_stream(store: Store, since: datetime | None = None, until: datetime
     are read into the frames (a table needs 7 of the 18); `prepare`: applied to each frame where it is read, in
     the reading thread (work taken off the thread that writes)."""
     entries = store.sources()
-    units = unit_column(store) if unit else None
-    keep = _keep(host, unit, pattern, units)
+    units, hosts = unit_column(store) if unit else None, host_column(store) if host else None
+    keep = _keep(host, unit, pattern, units, hosts)
     whole = _filtered(store, since, until, keep, entries)
     lo, hi = since, until
     if lo is None or hi is None:
-        span = _filtered(store, since, until, _keep(host, unit, None, units), entries).select(
+        span = _filtered(store, since, until, _keep(host, unit, None, units, hosts), entries).select(
             pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi")).collect()
         first, last = span.row(0)
         lo = first if lo is None else lo

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePath
@@ -175,7 +175,35 @@ def of_store(store) -> RecordTables:  # noqa: ANN001
 
 
 # ----------------------------------------------------------------------------------------------------------
-# the units of lines that name none
+# the hosts and units of lines that name none
+
+
+@dataclass(frozen=True)
+class HostFills:
+    """The host taken for lines that name none: `only`, the store's one host (every such line is its); with
+    several, `files`: path -> the one host a file names on its other lines (a `systemctl status` paste's untimed
+    lines, a dmesg's boots left unanchored)."""
+
+    only: str | None
+    files: dict[str, str]
+
+    def filled(self, more: Mapping[str, str] | None = None) -> pl.Expr:
+        """The `host` column with the host taken where it is null (`more`: path -> host, for other files)."""
+        if self.only is not None:
+            return pl.col("host").fill_null(pl.lit(self.only))
+        by_path = {**self.files, **(more or {})}
+        if not by_path:
+            return pl.col("host")
+        return pl.coalesce(pl.col("host"), pl.col("path").replace_strict(by_path, default=None, return_dtype=pl.String))
+
+
+def host_fills(tables: RecordTables, hosts: Iterable[str]) -> HostFills:
+    """The HostFills of a store whose tables are `tables` and whose hosts (of records, events and sources) are
+    `hosts`."""
+    every = {h for h in hosts if h} | {h for h in tables.hosts["host"].to_list() if h}
+    if len(every) == 1:
+        return HostFills(only=next(iter(every)), files={})
+    return HostFills(only=None, files=one_host_files(tables.hosts))
 
 
 @dataclass(frozen=True)

@@ -64,9 +64,10 @@ def test_the_timeline_takes_a_unit_without_its_suffix_and_globs(store: Path) -> 
     assert _timeline(store, "--unit", "sglang-k26") == exact
     both = _timeline(store, "--unit", "sglang-k26*")
     assert set(exact) < set(both) and any("sglang-k26-eagle3.service" in line for line in both)
-    # a host keeps the lines that name it (SGLang's own log names none)
-    assert _timeline(store, "--host", "dflash-*", "--unit", "sglang-k26") == \
-        [line for line in exact if json.loads(line)["host"] == "dflash-train"]
+    # a host keeps the lines that name it and those the report takes to be its: SGLang's own log names none,
+    # and the store holds one host
+    assert any(json.loads(line)["host"] is None for line in exact)
+    assert _timeline(store, "--host", "dflash-*", "--unit", "sglang-k26") == exact
     assert _timeline(store, "--host", "other-*", "--unit", "sglang-k26") == []
 
 
@@ -125,3 +126,41 @@ def test_the_events_listing_shows_a_unit_taken_with_a_mark(store: Path) -> None:
     killed = [x for x in lines if "service_killed" in x and "journal-k26.log" in x]
     assert killed and all(" sglang-k26.service  " in x for x in killed)   # named by its line: no mark
     assert "unit~: 2 of their lines name no unit" in r.stderr
+
+
+def test_a_line_without_a_host_is_the_only_hosts(store: Path) -> None:
+    """The store holds one host: every line that names none (SGLang's log, the unit files, the pasted status) is
+    its, for `--host` as for the report; the events listing marks the host so taken with `~`."""
+    every = _rows(_timeline(store))
+    mine = _rows(_timeline(store, "--host", "dflash-train"))
+    assert mine == every and any(r["host"] is None for r in mine)
+    assert _timeline(store, "--host", "gpu-*") == []
+    r = CliRunner().invoke(main, ["--store", str(store), "events", "--host", "dflash-train",
+                                  "--kind", "flashinfer_arch_unsupported"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2 and sum(" dflash-train~ sglang-k26.service~  " in x for x in lines) == 1
+    assert sum(" dflash-train sglang-k26.service~  " in x for x in lines) == 1
+    assert "host~: 1 of their lines name no host" in r.stderr
+
+
+def test_a_file_naming_one_host_lends_it_to_its_lines_that_name_none(tmp_path: Path) -> None:
+    """Two hosts: a file that names one host on some lines and none on others (a pasted `systemctl status`) has
+    those lines counted as that host's; a file naming no host at all is no known host's."""
+    a = tmp_path / "status-a.txt"
+    a.write_text("\u00d7 x.service - X\n     Active: failed (Result: signal) since Sun 2025-05-25 20:17:19 UTC; 1min ago\n"
+                 "\nMay 25 20:17:19 gpu-a systemd[1]: x.service: Main process exited, code=killed, status=9/KILL\n")
+    b = tmp_path / "b.log"
+    b.write_text("2025-05-25T20:00:00+00:00 gpu-b sshd[1]: hello\n")
+    where = tmp_path / "st"
+    assert CliRunner().invoke(main, ["--store", str(where), "ingest", "-q", str(a), str(b)]).exit_code == 0
+
+    def tl(*args: str) -> list[dict]:
+        r = CliRunner().invoke(main, ["--store", str(where), "timeline", "--format", "jsonl", *args])
+        assert r.exit_code == 0, r.output
+        return _rows(r.stdout.splitlines())
+
+    of_a = tl("--host", "gpu-a")
+    assert {Path(r["path"]).name for r in of_a} == {"status-a.txt"}
+    assert any(r["host"] is None for r in of_a) and len(of_a) == len([r for r in tl() if "status-a" in r["path"]])
+    assert {Path(r["path"]).name for r in tl("--host", "gpu-b")} == {"b.log"}
