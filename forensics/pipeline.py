@@ -246,10 +246,11 @@ DatedWait = Callable[[], dict[str, YearAnchor]]   # a year-less source waits for
 class _Schedule:
     """Sources on `workers` threads, largest first. A year-less source may need a year from another source of
     the same host (a host anchor): only at its very end does it wait (`wait_anchors`), until every other source
-    of the run has landed or waits too, running any source nobody has started yet itself. The anchors are then
-    those of the full-date sources and of the year-less ones that took their year from their own lines; the
-    sources waiting are left out, so the answer does not depend on which finished first, and the waiting
-    sources never wait on each other: they all go on at once. Full-date sources never wait: no deadlock."""
+    of the run has landed or waits too; meanwhile a worker thread of its own takes its place (so the sources not
+    started yet go on, and no thread holds another source's state on its stack). The anchors are then those of
+    the full-date sources and of the year-less ones that took their year from their own lines; the sources
+    waiting are left out, so the answer does not depend on which finished first, and the waiting sources never
+    wait on each other: they all go on at once. Full-date sources never wait: no deadlock."""
 
     def __init__(self, dated: list, yearless: list, run_one: Callable, store: Store):
         self.yearless = {id(p) for p in yearless}
@@ -259,25 +260,33 @@ class _Schedule:
         self.waited: set[int] = set()       # the sources that waited (counted out of `left` then)
         self.waiting_paths: set[str] = set()
         self.cond = threading.Condition()
+        self.threads: list[threading.Thread] = []
         self.results: dict[int, SourceResult] = {}
         self.errors: list[Exception] = []   # raised in a worker: raised again in the caller's thread
         self._anchors: dict[str, YearAnchor] | None = None
 
     def run(self, workers: int) -> dict[int, SourceResult]:
-        threads = [threading.Thread(target=self._work, name=f"ingest-{i}") for i in range(max(1, workers) - 1)]
-        for t in threads:
-            t.start()
+        with self.cond:
+            for _ in range(max(1, workers) - 1):
+                self._spawn()
         try:
             self._work()
         finally:
-            for t in threads:
-                t.join()
+            while True:  # the workers, those started while sources waited too
+                with self.cond:
+                    alive = [t for t in self.threads if t.is_alive()]
+                if not alive:
+                    break
+                for t in alive:
+                    t.join()
         if self.errors:
             raise self.errors[0]
         return self.results
 
-    def _take(self):  # -> (Source, Detection) | None, under the lock
-        return self.pending.pop(0) if self.pending else None
+    def _spawn(self) -> None:  # under the lock
+        t = threading.Thread(target=self._work, name=f"ingest-{len(self.threads)}")
+        self.threads.append(t)
+        t.start()
 
     def _do(self, p) -> None:
         wait = partial(self.wait_anchors, p) if id(p) in self.yearless else None
@@ -294,7 +303,7 @@ class _Schedule:
     def _work(self) -> None:
         while True:
             with self.cond:
-                p = self._take()
+                p = self.pending.pop(0) if self.pending else None
             if p is None:
                 return
             self._do(p)
@@ -307,16 +316,13 @@ class _Schedule:
             self.waiting_paths.add(p[0].display)
             self.left -= 1
             self.cond.notify_all()
-        while True:
-            with self.cond:
-                q = self._take()
-                if q is None:
-                    while self.left:
-                        self.cond.wait()
-                    if self._anchors is None:
-                        self._anchors = host_anchors(self.store, exclude=self.waiting_paths)
-                    return self._anchors
-            self._do(q)
+            if self.pending:  # the sources not started yet: another thread, while this one waits
+                self._spawn()
+            while self.left:
+                self.cond.wait()
+            if self._anchors is None:
+                self._anchors = host_anchors(self.store, exclude=self.waiting_paths)
+            return self._anchors
 
 
 def _size(src: Source) -> int:

@@ -615,3 +615,38 @@ def test_a_date_stamp_inside_a_message_is_no_capture_date(tmp_path: Path) -> Non
     store = Store(tmp_path / "s")
     ingest(store, [str(path)], IngestOptions())
     assert iso(records(store)) == ["2025-05-25T20:17:03.000000"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_many_year_less_sources_wait_together_without_nesting(tmp_path: Path, workers: int,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forty kernel journals with no year of their own and one unit journal that dates itself: each waits at its
+    end on a thread of its own (a waiting source never runs another on its stack: forty deep would be forty
+    sources' state at once, and past Python's recursion limit with more), and all take the unit journal's year."""
+    import threading
+
+    import forensics.pipeline as pipeline
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    monkeypatch.setattr(pipeline, "WORKERS", workers)
+    paths = [_kernel_journal(tmp_path / f"k{i:02d}.log", 50 + i) for i in range(40)]
+    paths.append(_sglang_journal(tmp_path / "s.log"))
+    depth: list[int] = []
+    real = pipeline._Schedule.wait_anchors
+
+    def watched(self, p):  # noqa: ANN001, ANN202
+        import inspect
+
+        depth.append(sum(1 for f in inspect.stack(0) if f.function == "watched"))
+        return real(self, p)
+
+    monkeypatch.setattr(pipeline._Schedule, "wait_anchors", watched)
+    store = Store(tmp_path / "st")
+    rep = ingest(store, [str(p) for p in paths], IngestOptions())
+    assert len([r for r in rep.results if r.status == "ingested"]) == 41
+    assert len(depth) == 40 and max(depth) == 1        # never one waiting source inside another
+    entries = [e for e in store.sources() if e.path.endswith(".log") and "/k" in e.path]
+    assert len(entries) == 40 and {e.year_from for e in entries} == {"host"}
+    assert {e.first_ts[:4] for e in entries} == {"2025"}
+    assert not [t for t in threading.enumerate() if t.name.startswith("ingest-")]  # every worker has ended
