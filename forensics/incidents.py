@@ -70,7 +70,7 @@ from .dayscope import Reach, Span, Window, day_of, first_window
 from . import dayscope
 from .environment import Fingerprint, fingerprints
 from .record_tables import compute_tables, host_fills, record_tables, unit_fills
-from .schema import empty_events
+from .schema import YEAR_MTIME, YEAR_NOW, empty_events
 from .store import scan_files
 from .model import Conclusion, Confidence, Event, Evidence, Gap, Incident, SourceInfo, to_jsonable
 
@@ -531,10 +531,18 @@ def _gaps(c: _Cluster, evs: Sequence[EventView], members: Sequence[EventView], p
         if e.ts_source in ("year_inferred", "zone_assumed", "monotonic_only", "boot_anchored"):
             by_path.setdefault(e.path, set()).add(e.ts_source)
     anchors = {s.path: s.time_anchor for s in prep.sources}
+    guessed = {s.path: s.year_from for s in prep.sources if s.year_from in (YEAR_MTIME, YEAR_NOW)}
     for p in sorted(by_path):
-        out.append(Gap(what=f"The exact times of {p}",
-                       why=f"Times there are not printed in full: {anchors.get(p) or ', '.join(sorted(by_path[p]))}.",
-                       commands=()))
+        why = f"Times there are not printed in full: {anchors.get(p) or ', '.join(sorted(by_path[p]))}."
+        commands: tuple[str, ...] = ()
+        if p in guessed and "year_inferred" in by_path[p]:  # the weakest guess: say what it can get wrong
+            why += (" Nothing in the logs dates these lines: a file's modification time is when it was last written "
+                    "or copied, so a copy made in another year than its lines were written puts them in the wrong "
+                    "year, away from the other sources' lines." if guessed[p] == YEAR_MTIME else
+                    " Nothing dates these lines, not even the file: the year is this year's, a guess.")
+            commands = ("journalctl -o short-iso --no-pager | head -3   # on the host: its lines with their year",
+                        f"forensics ingest --force --year YYYY {p}")
+        out.append(Gap(what=f"The exact times of {p}", why=why, commands=commands))
     paths = prep.host_paths.get(host, set())
     # lines a terminal cut short, in the sources of the incident's events
     cited = {e.path for e in members}

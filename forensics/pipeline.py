@@ -37,11 +37,11 @@ from .detect import Detection, detect
 from .formats import FORMATS, StructuredFormat
 from .normalise import normalise_batch, open_block
 from .timeparse import MONTHS
-from .timefix import EXTRA, YEAR_OWN, SourceClock, YearAnchor
+from .timefix import EXTRA, SourceClock, YearAnchor
 from .parse import ParseContext, parse_lines, parse_structured, resolve
 from .regexbudget import RegexBudget, RuleTimeout
 from .slots import WorkSlots
-from .schema import EVENT_SCHEMA, OUT_OF_RANGE, RECORD_SCHEMA, TimeSource, empty_events, empty_records
+from .schema import EVENT_SCHEMA, OUT_OF_RANGE, RECORD_SCHEMA, YEAR_OWN, TimeSource, empty_events, empty_records
 from .sources import MAX_LINE, ReadStats, Source, SourceError, expand, head_bytes, read_batches
 from .sourcefile import remember
 from .store import SourceEntry, Store, StoreError, plain_name, sink_parquet, write_parquet

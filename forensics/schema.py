@@ -64,6 +64,11 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "format": pl.String,
 }
 
+# where a source's year-less stamps took their year (timefix.SourceClock.year_from, SourceEntry.year_from): from
+# the source itself (given with --year, or found in its own lines), it may anchor another source's year
+YEAR_GIVEN, YEAR_FILE, YEAR_HOST, YEAR_MTIME, YEAR_NOW = "given", "file", "host", "mtime", "now"
+YEAR_OWN = (YEAR_GIVEN, YEAR_FILE)
+
 SEVERITIES = ("critical", "error", "warning", "info")
 ROLES = ("cause", "symptom", "context")
 

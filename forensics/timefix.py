@@ -27,7 +27,7 @@ from datetime import datetime, timedelta, timezone
 
 import polars as pl
 
-from .schema import TS, TimeSource
+from .schema import TS, YEAR_FILE, YEAR_GIVEN, YEAR_HOST, YEAR_MTIME, YEAR_NOW, TimeSource
 from .timeparse import PROVISIONAL_YEAR
 
 SGLANG_DATE = r"^\[(\d{4}-\d{2}-\d{2}) \d{2}:\d{2}:\d{2}"
@@ -40,9 +40,7 @@ BOOT_LINE = r"^-- Boot ([0-9a-f]{32}) --$"
 INFERRED = TimeSource.YEAR_INFERRED.value
 DATED = (TimeSource.EXACT.value, TimeSource.ZONE_ASSUMED.value)
 EXTRA = ("_w", "_ref")
-# where a source's year came from (SourceClock.year_from): from the source itself, it may anchor another's year
-YEAR_GIVEN, YEAR_FILE, YEAR_HOST, YEAR_MTIME, YEAR_NOW = "given", "file", "host", "mtime", "now"
-YEAR_OWN = (YEAR_GIVEN, YEAR_FILE)
+
 ZONE_HINT = " (the stamps print no zone; pass --tz to change)"
 
 
@@ -349,4 +347,4 @@ def fix_frame(recs: pl.DataFrame, clock: SourceClock) -> tuple[pl.DataFrame, str
     return out.drop(*EXTRA), how
 
 
-__all__ = ["SourceClock", "YearAnchor", "fix_frame", "EXTRA", "YEAR_OWN", "timedelta"]
+__all__ = ["SourceClock", "YearAnchor", "fix_frame", "EXTRA", "timedelta"]

@@ -650,3 +650,29 @@ def test_many_year_less_sources_wait_together_without_nesting(tmp_path: Path, wo
     assert len(entries) == 40 and {e.year_from for e in entries} == {"host"}
     assert {e.first_ts[:4] for e in entries} == {"2025"}
     assert not [t for t in threading.enumerate() if t.name.startswith("ingest-")]  # every worker has ended
+
+
+def test_a_year_from_the_files_age_is_a_gap_of_the_report(tmp_path: Path) -> None:
+    """A kernel journal copied with nothing in it to date it: its incident says that the year is the file's
+    modification time's, what that can get wrong, and how to give the year."""
+    from forensics.incidents import build_incidents
+    from forensics.pipeline import IngestOptions, ingest
+    from forensics.store import Store
+
+    incident = Path(__file__).resolve().parent.parent / "samples" / "incident" / "journal-eagle3.log"
+    k = tmp_path / "k.log"
+    k.write_text("".join(x for x in incident.read_text().splitlines(keepends=True) if " kernel: " in x))
+    os.utime(k, (_DEC_2026, _DEC_2026))
+    store = Store(tmp_path / "st")
+    ingest(store, [str(k)], IngestOptions())
+    (inc,) = build_incidents(store)
+    assert inc.id.startswith("2026-05-25")                 # the wrong year, as the file's age gives it
+    (gap,) = [g for g in inc.gaps if g.what == f"The exact times of {k}"]
+    assert "the file's modification time (2026-12-01" in gap.why and "in the wrong year" in gap.why
+    assert f"forensics ingest --force --year YYYY {k}" in gap.commands
+    # given the year, the same lines are 2025's and the gap says nothing of a guess
+    ingest(store, [str(k)], IngestOptions(year=2025))
+    (inc,) = build_incidents(store)
+    assert inc.id.startswith("2025-05-25")
+    (gap,) = [g for g in inc.gaps if g.what == f"The exact times of {k}"]
+    assert "--year 2025" in gap.why and "wrong year" not in gap.why and gap.commands == ()
