@@ -1,5 +1,6 @@
-"""What incidents read of the records, from the sources' profiles, kept between queries; and the units the lines
-that name none are taken to be (the incidents and the `--unit` filters of the queries read them the same way).
+"""What incidents read of the records, from the sources' profiles, kept between queries; and the hosts and units
+the lines that name none are taken to be (the incidents and the `--host` and `--unit` filters of the queries read
+them the same way).
 
 Every incident query starts from the same tables over every source's profile: the hosts of each file, the spans
 per (source, path, host, class of log, unit), the units each source's systemd lines name, and which of the
