@@ -429,11 +429,28 @@ def _explain(rules: RuleSet, line: str):
     return rec
 
 
+@pytest.mark.parametrize("status, rule, says, never", [
+    ("9/KILL", "systemd.main_killed", "could not catch, ignore or handle it", "can be caught"),
+    ("15/TERM", "systemd.main_signaled", "this signal can be caught", "Something sent the SIGKILL"),
+    ("2/INT", "systemd.main_signaled", "this signal can be caught", "Something sent the SIGKILL"),
+])
+def test_a_killing_signal_is_explained_as_itself(rules: RuleSet, status: str, rule: str, says: str,
+                                                 never: str) -> None:
+    """Both are service_killed; only SIGKILL is told as the signal that cannot be caught (a SIGTERM death read
+    as 'something sent the SIGKILL' sent the reader to the OOM killer)."""
+    df = records([{"ident": "systemd", "pid": 1, "message": f"x.service: Main process exited, code=killed, status={status}"}])
+    (e,) = match_records(df, rules).iter_rows(named=True)
+    assert (e["kind"], e["rule"], e["severity"]) == ("service_killed", rule, "error")
+    text = rules.get(rule).render_explain(json.loads(e["fields"]))
+    assert says in text and never not in text and f"status={status}" in text
+
+
 def test_explain_tells_near_miss_from_no_match_systemd(rules: RuleSet) -> None:
     r = _explain(rules, "May 25 20:17:19 h systemd[1]: x.service: Main process exited, code=trapped, status=5/TRAP")
     assert r.verdict == "near_miss"
     texts = [n.describe() for n in r.near]
-    assert "near miss: systemd.main_killed: matched `...: Main process exited, code=` but not `killed`" in texts
+    # a signal other than KILL is systemd.main_signaled's (systemd.main_killed reads status=9/KILL only)
+    assert "near miss: systemd.main_signaled: matched `...: Main process exited, code=` but not `killed`" in texts
     r = _explain(rules, "May 25 20:17:19 h sshd[7]: Accepted publickey for root from 10.0.0.1 port 22 ssh2")
     assert r.verdict == "no_match" and not r.near
 
@@ -529,7 +546,7 @@ def test_cli_explain(cli: click.Group, tmp_path: Path) -> None:
     assert res.exit_code == 0 and "systemd.main_killed -> service_killed" in res.output
     res = run.invoke(cli, ["explain", "May 25 20:17:19 h systemd[1]: x.service: Main process exited, code=trapped, "
                                       "status=5/TRAP"])
-    assert res.exit_code == 1 and "near miss: systemd.main_killed: matched `...: Main process exited, code=` " \
+    assert res.exit_code == 1 and "near miss: systemd.main_signaled: matched `...: Main process exited, code=` " \
                                   "but not `killed`" in res.output
     res = run.invoke(cli, ["explain", "hello world"])
     assert res.exit_code == 1 and "no rule comes close" in res.output
