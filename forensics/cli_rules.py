@@ -389,20 +389,12 @@ def open_events(ctx: click.Context) -> pl.LazyFrame:
     return _open_store(ctx).events()
 
 
-def event_units(ctx: click.Context) -> pl.Expr:
-    """The events' unit as `--unit` reads it (query.unit_column: an event of a line that names no unit is the
-    unit the incidents take it to be). Tests replace this function."""
-    from .query import unit_column
+def event_names(ctx: click.Context) -> tuple[pl.Expr, pl.Expr]:
+    """The events' (host, unit) as `--host` and `--unit` read them (query.name_columns: an event of a line that
+    names none is the host and unit the incidents take it to be). Tests replace this function."""
+    from .query import name_columns
 
-    return unit_column(_open_store(ctx), events=True)
-
-
-def event_hosts(ctx: click.Context) -> pl.Expr:
-    """The events' host as `--host` reads it (query.host_column: an event of a line that names no host is the
-    host the incidents take it to be). Tests replace this function."""
-    from .query import host_column
-
-    return host_column(_open_store(ctx))
+    return name_columns(_open_store(ctx), events=True)
 
 
 def filter_events(lf: pl.LazyFrame, *, kinds: Sequence[str] = (), severity: str | None = None,
@@ -464,8 +456,7 @@ def events_cmd(ctx: click.Context, kinds: tuple[str, ...], severity: str | None,
     if unknown:
         click.echo(f"warning: unknown kind(s) {', '.join(unknown)}; see `forensics rules list`", err=True)
     listing = not (as_json or out_format)
-    unit_col = event_units(ctx) if units or listing else None
-    host_col = event_hosts(ctx) if hosts or listing else None
+    host_col, unit_col = event_names(ctx) if units or hosts or listing else (None, None)
     lf = filter_events(open_events(ctx), kinds=kinds, severity=severity, roles=roles, units=units, hosts=hosts,
                        rules_=rule_ids, since=since_t, until=until_t, unit_column=unit_col, host_column=host_col)
     if limit is not None:

@@ -330,9 +330,10 @@ def odd_names(df: pl.DataFrame | pl.LazyFrame) -> list[pl.Expr]:
     table escapes, for rows whose names are among those of `df` (records, or any frame with those four columns,
     such as the sources' profiles: what every window of a timeline may show, checked once). Names are few: their
     distinct values are checked, and a unit only where it is shown."""
-    distinct = df.lazy().select(*(v.unique().drop_nulls().implode().alias(c) for c, v in _shown_names().items())).collect()
+    shown = _shown_names()
+    distinct = df.lazy().select(*(v.unique().drop_nulls().implode().alias(c) for c, v in shown.items())).collect()
     out = []
-    for c in _shown_names():
+    for c in shown:
         values = distinct.get_column(c)[0]
         bad = values.filter(values.str.contains(_ODD_NAME))
         if bad.len():

@@ -257,8 +257,7 @@ class _Schedule:
         self.pending = sorted([*dated, *yearless], key=lambda p: -_size(p[0]))  # stable: ties in input order
         self.run_one, self.store = run_one, store
         self.left = len(self.pending)       # sources neither landed nor waiting for anchors
-        self.waited: set[int] = set()       # the sources that waited (counted out of `left` then)
-        self.waiting_paths: set[str] = set()
+        self.waited: dict[int, str] = {}    # the sources that waited, their paths (counted out of `left` then)
         self.cond = threading.Condition()
         self.threads: list[threading.Thread] = []
         self.results: dict[int, SourceResult] = {}
@@ -312,8 +311,7 @@ class _Schedule:
         """The host anchors for year-less source `p`, once every other source of this run has landed or waits
         for them too (those are left out)."""
         with self.cond:
-            self.waited.add(id(p))
-            self.waiting_paths.add(p[0].display)
+            self.waited[id(p)] = p[0].display
             self.left -= 1
             self.cond.notify_all()
             if self.pending:  # the sources not started yet: another thread, while this one waits
@@ -321,7 +319,7 @@ class _Schedule:
             while self.left:
                 self.cond.wait()
             if self._anchors is None:
-                self._anchors = host_anchors(self.store, exclude=self.waiting_paths)
+                self._anchors = host_anchors(self.store, exclude=set(self.waited.values()))
             return self._anchors
 
 

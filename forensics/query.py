@@ -13,7 +13,7 @@ import polars as pl
 
 from . import profile
 from .globs import globs_expr
-from .record_tables import UnitFills, host_fills, log_class, of_store, unit_fills
+from .record_tables import host_fills, log_class, of_store, unit_fills
 from .rowgroups import WindowReader, in_order, untimed_reads, with_order
 from .schema import RECORD_SCHEMA, empty_events, empty_records
 from .store import SourceEntry, Store, scan_files
@@ -54,45 +54,34 @@ def name_filter(col: str | pl.Expr, values: Sequence[str], unit: bool = False) -
     return globs_expr(col, names).fill_null(False)
 
 
-def _named(store: Store, col: str) -> list[str]:
-    """The distinct values of `col` the store's events name."""
-    ev = scan_files(store.files_of("events"), empty_events())
-    return ev.select(pl.col(col).drop_nulls().unique()).collect().to_series().to_list()
-
-
-def unit_fills_of(store: Store) -> UnitFills:
-    """The store's UnitFills: which sources' lines without a unit the incidents take to be a unit's."""
-    return unit_fills(of_store(store), _named(store, "unit"))
-
-
-def unit_column(store: Store, events: bool = False) -> pl.Expr:
-    """The records' (or with `events`, the events') unit as `--unit` reads it: a line that names none (a
-    service's own output, not the kernel's) is the unit the incidents take it to be (record_tables.UnitFills),
-    so that `--unit sglang-k26` shows what `journalctl -u sglang-k26` would, the python3 lines of its journal
-    included."""
-    fills = unit_fills_of(store)
+def name_columns(store: Store, events: bool = False) -> tuple[pl.Expr, pl.Expr]:
+    """(host, unit) as `--host` and `--unit` read them, for the records (or, with `events`, the events): a line
+    that names none is the host and the unit the incidents take it to be (record_tables.HostFills, UnitFills):
+    the store's one host, or the one its file names on other lines; the unit of a `journalctl -u` journal or of
+    a file named after it, so that `--unit sglang-k26` shows what `journalctl -u sglang-k26` would, the python3
+    lines of its journal included (never the kernel's). The record tables and the events' names are read once
+    for both."""
+    tables = of_store(store)
+    named = scan_files(store.files_of("events"), empty_events()).select(
+        *(pl.col(c).drop_nulls().unique().implode() for c in ("host", "unit"))).collect()
+    hosts = host_fills(tables, [*named["host"][0], *(e.host for e in store.sources() if e.host)]).filled()
+    fills = unit_fills(tables, named["unit"][0])
     if not fills.journal and not fills.file:
-        return pl.col("unit")
+        return hosts, pl.col("unit")
     if events:
         from .correlate import KERNEL_KINDS
 
-        return fills.filled(pl.col("unit").is_null() & ~pl.col("kind").is_in(sorted(KERNEL_KINDS)))
-    return fills.filled(pl.col("unit").is_null() & (log_class() == "service"))
+        return hosts, fills.filled(pl.col("unit").is_null() & ~pl.col("kind").is_in(sorted(KERNEL_KINDS)))
+    return hosts, fills.filled(pl.col("unit").is_null() & (log_class() == "service"))
 
 
-def host_column(store: Store) -> pl.Expr:
-    """The records' (or events') host as `--host` reads it: a line that names none is the host the incidents take
-    it to be (record_tables.HostFills): the store's one host, or the one its file names on its other lines."""
-    hosts = [*_named(store, "host"), *(e.host for e in store.sources() if e.host)]
-    return host_fills(of_store(store), hosts).filled()
-
-
-def _keep(host: str | None, unit: str | None, pattern: str | None, units: pl.Expr | None,
-          hosts: pl.Expr | None = None) -> pl.Expr | None:
-    """The filters other than time, as one expression (None: none); `units`, `hosts`: `unit_column` and
-    `host_column`, when `unit` and `host` are given."""
-    keep = [name_filter(hosts if hosts is not None else pl.col("host"), [host])] if host else []
-    keep += [name_filter(units if units is not None else pl.col("unit"), [unit], unit=True)] if unit else []
+def _keep(host: str | None, unit: str | None, pattern: str | None,
+          names: tuple[pl.Expr, pl.Expr] | None = None) -> pl.Expr | None:
+    """The filters other than time, as one expression (None: none); `names`: `name_columns`, what `host` and
+    `unit` are tested against (the columns when not given)."""
+    hosts, units = names if names is not None else (pl.col("host"), pl.col("unit"))
+    keep = [name_filter(hosts, [host])] if host else []
+    keep += [name_filter(units, [unit], unit=True)] if unit else []
     keep += [pl.col("message").str.contains(pattern)] if pattern else []
     return pl.all_horizontal(keep) if keep else None
 
@@ -103,7 +92,7 @@ def timeline_frame(store: Store, since: datetime | None = None, until: datetime 
                    columns: Sequence[str] | None = None) -> pl.DataFrame:
     """Records in time order (untimed records last, in file order), filtered. `untimed`: only those without
     a time (the end of a timeline without bounds); `entries`, `columns`: as `_filtered` takes them."""
-    keep = _keep(host, unit, pattern, unit_column(store) if unit else None, host_column(store) if host else None)
+    keep = _keep(host, unit, pattern, name_columns(store) if host or unit else None)
     lf = _filtered(store, since, until, keep, entries,
                    None if columns is None else with_order(columns))
     if untimed:
@@ -174,12 +163,12 @@ def timeline_stream(store: Store, since: datetime | None = None, until: datetime
     are read into the frames (a table needs 7 of the 18); `prepare`: applied to each frame where it is read, in
     the reading thread (work taken off the thread that writes)."""
     entries = store.sources()
-    units, hosts = unit_column(store) if unit else None, host_column(store) if host else None
-    keep = _keep(host, unit, pattern, units, hosts)
+    names = name_columns(store) if host or unit else None
+    keep = _keep(host, unit, pattern, names)
     whole = _filtered(store, since, until, keep, entries)
     lo, hi = since, until
     if lo is None or hi is None:
-        span = _filtered(store, since, until, _keep(host, unit, None, units, hosts), entries).select(
+        span = _filtered(store, since, until, _keep(host, unit, None, names), entries).select(
             pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi")).collect()
         first, last = span.row(0)
         lo = first if lo is None else lo

@@ -236,6 +236,6 @@ def unit_fills(tables: RecordTables, event_units: Iterable[str]) -> UnitFills:
                if len(us) == 1}
     named = set(event_units) | tables.file_units
     paths = dict(zip(tables.hosts["source_id"].to_list(), tables.hosts["path"].to_list()))
-    file = {sid: unit_of_file(p) for sid, p in sorted(paths.items())
-            if sid not in journal and unit_of_file(p) in named and not p.endswith(".service")}
+    file = {sid: u for sid, p in sorted(paths.items())
+            if sid not in journal and not p.endswith(".service") and (u := unit_of_file(p)) in named}
     return UnitFills(journal=journal, file=file)

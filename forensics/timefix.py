@@ -40,7 +40,6 @@ BOOT_LINE = r"^-- Boot ([0-9a-f]{32}) --$"
 INFERRED = TimeSource.YEAR_INFERRED.value
 DATED = (TimeSource.EXACT.value, TimeSource.ZONE_ASSUMED.value)
 EXTRA = ("_w", "_ref")
-
 ZONE_HINT = " (the stamps print no zone; pass --tz to change)"
 
 

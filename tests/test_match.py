@@ -589,8 +589,7 @@ def _events_frame() -> pl.DataFrame:
 
 def test_cli_events(cli: click.Group, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli_rules, "open_events", lambda ctx: _events_frame().lazy())
-    monkeypatch.setattr(cli_rules, "event_units", lambda ctx: pl.col("unit"))
-    monkeypatch.setattr(cli_rules, "event_hosts", lambda ctx: pl.col("host"))
+    monkeypatch.setattr(cli_rules, "event_names", lambda ctx: (pl.col("host"), pl.col("unit")))
     run = CliRunner()
     res = run.invoke(cli, ["events", "--json"])
     assert res.exit_code == 0

@@ -351,7 +351,7 @@ class _Builder:
                 is_root=e.id == self.root_event, is_cause=e.id in self.cause_events, event_ids=(e.id,)))
         return tuple(rows)
 
-    def keyline_span(self) -> tuple[KeyLine, ...]:
+    def key_lines(self) -> tuple[KeyLine, ...]:
         groups: dict[tuple[str, str], list[Event]] = {}
         for e in self.i.events:
             if e.kind == "server_config" or not e.explain:
@@ -495,7 +495,7 @@ class _Builder:
         return IncidentView(
             index=self.index, id=i.id, headline=i.headline, date=date, window=window, hosts=i.hosts, units=i.units,
             failed_units=failed, root=root, conclusions=conclusions, impact=impact, timeline=timeline,
-            timeline_has_inferred=any(r.time.inferred for r in timeline), key_lines=self.keyline_span(),
+            timeline_has_inferred=any(r.time.inferred for r in timeline), key_lines=self.key_lines(),
             configs=self.configs(), environment=self.environment(), gaps=tuple(GapView(g.what, g.why, g.commands)
                                                                                for g in i.gaps),
             actions=self.actions(), excerpts=self.excerpt_views(), excerpts_total=len(self.excerpts),
