@@ -901,6 +901,21 @@ def test_titles_of_an_exception_without_a_message_and_of_a_reboot_line() -> None
     assert "new boot" in ev["title"].to_list()
 
 
+def test_an_exit_status_without_its_name_reads_cleanly() -> None:
+    """systemd v220-v239 print `code=exited status=203` with no status name: the title is `status 203`, not
+    `status 203/?`; a name, when printed, is an aside (`status 1 (FAILURE)`), on both the polars and Python paths."""
+    from forensics.rulepacks import render_title
+
+    rules = load_rules(env={})
+    text = ("May 25 20:17:19 h systemd[1]: a.service: Control process exited, code=exited status=203\n"
+            "May 25 20:17:20 h systemd[1]: b.service: Main process exited, code=exited, status=1/FAILURE\n")
+    ev = match_records(parse_text(text), rules).sort("line")
+    want = ["a.service: Control process exited with status 203", "b.service: Main process exited with status 1 (FAILURE)"]
+    assert ev.filter(pl.col("rule") == "systemd.main_exited")["title"].to_list() == want
+    rule = next(r for r in rules.rules if r.id == "systemd.main_exited")
+    assert rule.render_title({"unit": "a.service", "which": "Control", "status": 203}) == want[0]
+
+
 def test_rescan_reads_contexts_across_its_slices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`forensics rescan` reads a source's records a slice at a time and matches them as ingest does: an OOM
     report cut by a slice keeps its trigger and reaper lines (before, each slice was matched alone)."""
