@@ -251,23 +251,25 @@ def timeline(ctx: click.Context, since: str | None, until: str | None, host: str
     columns = TABLE_FIELDS if fmt == "table" else RECORD_FIELDS  # only what is written is read
     tl = timeline_stream(existing_store(ctx.obj["store"]), lo, hi, host, unit, pattern, columns,
                          prepare=with_plain if fmt == "table" else None)  # the table's check, where a window is read
-    _write_stream(tl, fmt)
+    if not _write_stream(tl, fmt):  # as `events` and grep: an empty answer is exit 1, said on stderr
+        click.echo("no records matched" + ("" if since or until or host or unit or pattern else
+                                           " (the store holds no records)"), err=True)
+        sys.exit(1)
 
 
-def _write_stream(tl, fmt: str) -> None:  # noqa: ANN001 - a query.TimelineStream
-    """A timeline a window at a time (the same text as `export.write_rows` of the whole of it)."""
+def _write_stream(tl, fmt: str) -> int:  # noqa: ANN001 - a query.TimelineStream
+    """A timeline a window at a time (the same text as `export.write_rows` of the whole of it); returns how
+    many rows were written (Timesketch's rows without a time are not)."""
     from .export import odd_names, table_widths, write_record_stream, write_record_table, write_rows
 
     if fmt == "table":
         _, host_len, ident_len = tl.widths()
         names = tl.names()  # checked once for every window, not window by window
-        write_record_table(tl.frames, sys.stdout, table_widths(host_len, ident_len),
-                           None if names is None else odd_names(names))
-    elif fmt == "timesketch":  # JSON lines made row by row: each window's rows follow the last's
-        for df in tl.frames:
-            write_rows(df, fmt, sys.stdout, "records")
-    else:
-        write_record_stream(tl.frames, fmt, sys.stdout)
+        return write_record_table(tl.frames, sys.stdout, table_widths(host_len, ident_len),
+                                  None if names is None else odd_names(names))
+    if fmt == "timesketch":  # JSON lines made row by row: each window's rows follow the last's
+        return sum(write_rows(df, fmt, sys.stdout, "records").rows for df in tl.frames)
+    return write_record_stream(tl.frames, fmt, sys.stdout)
 
 
 @main.command()

@@ -64,16 +64,18 @@ def test_streamed_timeline_is_the_whole_ones_text(store: Store, monkeypatch, win
         whole = io.StringIO()
         host = extra[1] if extra[0] == "--host" else None
         pattern = extra[1] if extra[0] == "--grep" else None
-        write_rows(timeline_frame(store, since, until, host=host, pattern=pattern), fmt, whole, "records")
+        n = write_rows(timeline_frame(store, since, until, host=host, pattern=pattern), fmt, whole, "records").rows
         r = CliRunner().invoke(main, ["--store", str(store.path), "timeline", "--since", "2025-05-25 20:10",
                                       "--until", "2025-05-25 22:40", "--format", fmt, *extra])
-        assert r.exit_code == 0 and r.output == whole.getvalue()
+        assert r.exit_code == (0 if n else 1) and r.stdout == whole.getvalue()
+    assert n == 0  # the last filter keeps nothing: exit 1, said on stderr, and the format's empty text on stdout
+    assert r.stderr == "no records matched\n"
     empty = io.StringIO()
     write_rows(timeline_frame(store, datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 1, 2, tzinfo=UTC)), fmt, empty,
                "records")
     r = CliRunner().invoke(main, ["--store", str(store.path), "timeline", "--since", "2024-01-01",
                                   "--until", "2024-01-02", "--format", fmt])
-    assert r.exit_code == 0 and r.output == empty.getvalue()
+    assert r.exit_code == 1 and r.stdout == empty.getvalue() and r.stderr == "no records matched\n"
 
 
 def test_the_windows_cover_the_span_once(monkeypatch) -> None:  # noqa: ANN001
