@@ -299,7 +299,9 @@ class Rule:
         return render_title(self.title, values)
 
     def render_explain(self, values: Mapping[str, Any]) -> str:
-        return render(self.explain, values)
+        """The explain text as the report's prose has it: an aside naming a value the event lacks is left out
+        (`the kill ({trigger_process})` of an OOM kill line seen alone reads `the kill`, not `the kill (?)`)."""
+        return render(drop_asides(self.explain, lambda n: values.get(n) is None), values)
 
     def render_next_steps(self, values: Mapping[str, Any]) -> tuple[str, ...]:
         return tuple(render(s, values) for s in self.next_steps)

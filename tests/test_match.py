@@ -445,6 +445,17 @@ def test_a_killing_signal_is_explained_as_itself(rules: RuleSet, status: str, ru
     assert says in text and never not in text and f"status={status}" in text
 
 
+def test_an_explain_leaves_out_the_asides_its_event_cannot_fill(rules: RuleSet) -> None:
+    """An OOM kill line seen alone names no trigger and no cgroup: `forensics explain` says what the report's prose
+    says, without the asides (`the kill (?)`, `cgroup (?)` before), and keeps those it can fill."""
+    line = ("Out of memory: Killed process 1234 (python3) total-vm:100kB, anon-rss:50kB, file-rss:0kB, "
+            "shmem-rss:0kB, UID:0 pgtables:10kB oom_score_adj:0")
+    (e,) = match_records(records([{"ident": "kernel", "message": line}]), rules).iter_rows(named=True)
+    text = rules.get(e["rule"]).render_explain(json.loads(e["fields"]))
+    assert "(?)" not in text and "triggered the kill — not necessarily" in text
+    assert "killed process 1234 (python3)" in text and "(global:" in text
+
+
 def test_explain_tells_near_miss_from_no_match_systemd(rules: RuleSet) -> None:
     r = _explain(rules, "May 25 20:17:19 h systemd[1]: x.service: Main process exited, code=trapped, status=5/TRAP")
     assert r.verdict == "near_miss"
