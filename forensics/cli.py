@@ -223,8 +223,9 @@ def sources(ctx: click.Context, as_json: bool) -> None:
 @main.command()
 @click.option("--since", help="Start (e.g. 2025-05-25 or '2025-05-25 20:15'; zone --tz).")
 @click.option("--until", help="End (exclusive).")
-@click.option("--host", help="Only this host (a name or a glob: gpu-a0*); a line that names no host counts as the host's "
-                            "where the report takes it to be (a store of one host, or a file naming it elsewhere).")
+@click.option("--host", help="Only this host (a name or a glob: gpu-a0*; '*' is every line); a line that names no host "
+                            "counts as the host's where the report takes it to be (a store of one host, or a file "
+                            "naming it elsewhere).")
 @click.option("--unit", help="Only this unit (a name or a glob; sglang-k26 is sglang-k26.service), as `journalctl -u` "
                             "shows it: with its own output, the lines of a `journalctl -u` journal of it and of a "
                             "file named after it (sglang-k26.log), which name no unit.")

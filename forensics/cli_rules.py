@@ -416,7 +416,7 @@ def filter_events(lf: pl.LazyFrame, *, kinds: Sequence[str] = (), severity: str 
     if units:
         lf = lf.filter(name_filter(pl.col("unit") if unit_column is None else unit_column, units, unit=True))
     if hosts:
-        lf = lf.filter(name_filter(pl.col("host") if host_column is None else host_column, hosts))
+        lf = lf.filter(name_filter(pl.col("host") if host_column is None else host_column, hosts, host=True))
     if since is not None:
         lf = lf.filter(pl.col("ts") >= since)
     if until is not None:
@@ -435,7 +435,7 @@ def filter_events(lf: pl.LazyFrame, *, kinds: Sequence[str] = (), severity: str 
                    "count as the unit's where the report takes them to be: in a `journalctl -u` journal of it, or "
                    "in a file named after it (sglang-k26.log).")
 @click.option("--host", "hosts", multiple=True,
-              help="Only this host or glob (repeatable). Lines that name no host count as the host's where the "
+              help="Only this host or glob (repeatable; '*' is every event). Lines that name no host count as the host's where the "
                    "report takes them to be: in a store of one host, or in a file that names it on other lines.")
 @click.option("--since", help="Start (e.g. 2025-05-25 or '2025-05-25 20:15'; zone --tz).")
 @click.option("--until", help="End (exclusive).")

@@ -45,13 +45,14 @@ def _files(store: Store, since: datetime | None, until: datetime | None,
 _UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice", "scope")
 
 
-def name_filter(col: str | pl.Expr, values: Sequence[str], unit: bool = False) -> pl.Expr:
+def name_filter(col: str | pl.Expr, values: Sequence[str], unit: bool = False, host: bool = False) -> pl.Expr:
     """True where `col` (a column's name, or an expression) is one of `values`, each a name or a glob (`*`, `?`);
     with `unit`, a name without a unit type suffix is also that `.service` (`sglang-k26`, as `journalctl -u` and
-    `systemctl` read it)."""
+    `systemctl` read it). With `host`, a glob of only `*` is every line, those naming no host too: every line was
+    written on some host, while not every line was written by a unit (`--unit '*'` keeps those of a unit)."""
     names = [n for v in values
              for n in ([v, f"{v}.service"] if unit and v.rsplit(".", 1)[-1] not in _UNIT_TYPES else [v])]
-    return globs_expr(col, names).fill_null(False)
+    return globs_expr(col, names).fill_null(host and any(v and set(v) == {"*"} for v in values))
 
 
 def name_columns(store: Store, events: bool = False) -> tuple[pl.Expr, pl.Expr]:
@@ -80,7 +81,7 @@ def _keep(host: str | None, unit: str | None, pattern: str | None,
     """The filters other than time, as one expression (None: none); `names`: `name_columns`, what `host` and
     `unit` are tested against (the columns when not given)."""
     hosts, units = names if names is not None else (pl.col("host"), pl.col("unit"))
-    keep = [name_filter(hosts, [host])] if host else []
+    keep = [name_filter(hosts, [host], host=True)] if host else []
     keep += [name_filter(units, [unit], unit=True)] if unit else []
     keep += [pl.col("message").str.contains(pattern)] if pattern else []
     return pl.all_horizontal(keep) if keep else None

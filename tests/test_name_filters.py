@@ -165,3 +165,30 @@ def test_a_file_naming_one_host_lends_it_to_its_lines_that_name_none(tmp_path: P
     assert {Path(r["path"]).name for r in of_a} == {"status-a.txt"}
     assert any(r["host"] is None for r in of_a) and len(of_a) == len([r for r in tl() if "status-a" in r["path"]])
     assert {Path(r["path"]).name for r in tl("--host", "gpu-b")} == {"b.log"}
+
+
+def test_a_host_glob_of_only_stars_is_every_line() -> None:
+    """Every line was written on some host, named or not: `--host '*'` keeps the lines that name none (a store of
+    SGLang logs alone held no line for it before), while `gpu-*` does not guess; not every line was written by a
+    unit, so `--unit '*'` keeps only the lines of one."""
+    df = pl.DataFrame({"host": ["gpu-a07", None], "unit": ["x.service", None]})
+    for glob in ("*", "**"):
+        assert df.filter(name_filter("host", [glob], host=True)).height == 2
+    assert df.filter(name_filter("host", ["gpu-*"], host=True)).get_column("host").to_list() == ["gpu-a07"]
+    assert df.filter(name_filter("host", ["*"])).height == 1  # a column that is no host's: null is no match
+    assert df.filter(name_filter("unit", ["*"], unit=True)).get_column("unit").to_list() == ["x.service"]
+
+
+def test_the_timeline_and_events_of_a_store_naming_no_host_answer_a_star(tmp_path: Path) -> None:
+    log = INCIDENT / "sglang-k26.log"
+    where = tmp_path / "st"
+    assert CliRunner().invoke(main, ["--store", str(where), "ingest", "-q", str(log)]).exit_code == 0
+    every = CliRunner().invoke(main, ["--store", str(where), "timeline", "--format", "jsonl"])
+    star = CliRunner().invoke(main, ["--store", str(where), "timeline", "--format", "jsonl", "--host", "*"])
+    assert every.exit_code == star.exit_code == 0 and star.stdout == every.stdout
+    assert all(r["host"] is None for r in _rows(star.stdout.splitlines()))
+    none = CliRunner().invoke(main, ["--store", str(where), "timeline", "--host", "gpu-*"])
+    assert none.exit_code == 1 and none.stderr == "no records matched\n"
+    events = CliRunner().invoke(main, ["--store", str(where), "events", "--json"])
+    star = CliRunner().invoke(main, ["--store", str(where), "events", "--json", "--host", "*"])
+    assert events.exit_code == star.exit_code == 0 and star.stdout == events.stdout != "[]\n"
