@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -915,8 +914,6 @@ def test_titles_of_an_exception_without_a_message_and_of_a_reboot_line() -> None
 def test_an_exit_status_without_its_name_reads_cleanly() -> None:
     """systemd v220-v239 print `code=exited status=203` with no status name: the title is `status 203`, not
     `status 203/?`; a name, when printed, is an aside (`status 1 (FAILURE)`), on both the polars and Python paths."""
-    from forensics.rulepacks import render_title
-
     rules = load_rules(env={})
     text = ("May 25 20:17:19 h systemd[1]: a.service: Control process exited, code=exited status=203\n"
             "May 25 20:17:20 h systemd[1]: b.service: Main process exited, code=exited, status=1/FAILURE\n")
