@@ -435,8 +435,9 @@ def filter_events(lf: pl.LazyFrame, *, kinds: Sequence[str] = (), severity: str 
                    "count as the unit's where the report takes them to be: in a `journalctl -u` journal of it, or "
                    "in a file named after it (sglang-k26.log).")
 @click.option("--host", "hosts", multiple=True,
-              help="Only this host or glob (repeatable; '*' is every event). Lines that name no host count as the host's where the "
-                   "report takes them to be: in a store of one host, or in a file that names it on other lines.")
+              help="Only this host or glob (repeatable; '*' is every event). Lines that name no host count as the "
+                   "host's where the report takes them to be: in a store of one host, or in a file that names it on "
+                   "other lines.")
 @click.option("--since", help="Start (e.g. 2025-05-25 or '2025-05-25 20:15'; zone --tz).")
 @click.option("--until", help="End (exclusive).")
 @click.option("--tz", default="UTC", show_default=True, help="Zone for --since/--until given without one.")

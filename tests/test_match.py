@@ -918,7 +918,8 @@ def test_an_exit_status_without_its_name_reads_cleanly() -> None:
     text = ("May 25 20:17:19 h systemd[1]: a.service: Control process exited, code=exited status=203\n"
             "May 25 20:17:20 h systemd[1]: b.service: Main process exited, code=exited, status=1/FAILURE\n")
     ev = match_records(parse_text(text), rules).sort("line")
-    want = ["a.service: Control process exited with status 203", "b.service: Main process exited with status 1 (FAILURE)"]
+    want = ["a.service: Control process exited with status 203",
+            "b.service: Main process exited with status 1 (FAILURE)"]
     assert ev.filter(pl.col("rule") == "systemd.main_exited")["title"].to_list() == want
     rule = next(r for r in rules.rules if r.id == "systemd.main_exited")
     assert rule.render_title({"unit": "a.service", "which": "Control", "status": 203}) == want[0]
