@@ -198,6 +198,9 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], fmt: str | None, host: st
                        f"{e.unparsed} unparsed, {e.events} events{slow}, {span}; time: {e.time_anchor}", err=True)
         for t in r.timeouts:   # even with --quiet: the user's pattern is the problem and events are missing
             click.echo(f"warning: {t.describe()}", err=True)
+    for z in report.zones:   # a warning even with --quiet: the times of the source may be hours off
+        if z.warning or not quiet:
+            click.echo(f"{'warning:' if z.warning else 'zone     '} {z.path}: {z.said}", err=True)
     if not quiet:
         for a in report.anchors:
             click.echo(f"anchored  {a.boot_id}: {a.how}", err=True)

@@ -38,6 +38,7 @@ from .formats import FORMATS, StructuredFormat
 from .normalise import normalise_batch, open_block
 from .timeparse import MONTHS
 from .timefix import EXTRA, SourceClock, YearAnchor
+from .zonefix import MARK as ZONE_MARK, ZoneFinding, disagreement, exact_key, find_offset, source_key, zone_note
 from .parse import ParseContext, parse_lines, parse_structured, resolve
 from .regexbudget import RegexBudget, RuleTimeout
 from .slots import WorkSlots
@@ -140,6 +141,7 @@ class IngestReport:
     results: list[SourceResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)   # inputs that could not even be opened
     anchors: list[BootAnchor] = field(default_factory=list)
+    zones: list[ZoneResult] = field(default_factory=list)   # zones read off lines a source with exact times holds
 
     @property
     def failed(self) -> bool:
@@ -190,6 +192,8 @@ def ingest(store: Store, inputs: list[str], opts: IngestOptions,
     results = _Schedule(first, later, one, store).run(WORKERS)
     report.results.extend(results[id(p)] for p in (*first, *later))
     report.results.extend(one(p) for p in again)
+    if any(r.entry is not None and r.status != "unchanged" for r in report.results):
+        report.zones = infer_zones(store, opts)   # before the kernel clocks: they pair with the times it moves
     report.anchors = anchor_kernel_clocks(store, opts, rules)
     # once nothing streams: a big journal's profile is the largest single phase, and takes every slot; small
     # sources' profiles take one each, two at a time (one after the other, 40 small files spent 0.6 s here)
@@ -892,6 +896,105 @@ def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: Read
         time_anchor=anchor, ts_sources=summary["ts_sources"], events=events, tool_version=__version__,
         fingerprint=fp, reversed=rev, notes=notes,
     )
+
+
+@dataclass(frozen=True)
+class ZoneResult:
+    path: str
+    said: str          # the source's new time note, or why its zone stays assumed
+    moved: bool        # its times were moved by the offset found
+    warning: bool      # pairs were found but do not settle the zone
+
+
+_ASSUMED_ZONE = (TimeSource.ZONE_ASSUMED.value, TimeSource.YEAR_INFERRED.value)
+
+
+def _zone_candidate(e: SourceEntry) -> bool:
+    """An SGLang log whose stamps print no zone, read with the default UTC, whose zone was not read off other lines
+    before."""
+    return ("sglang" in (e.formats or [e.format]) and any(e.ts_sources.get(k) for k in _ASSUMED_ZONE)
+            and _read_with_of(e)["tz"] == "UTC" and ZONE_MARK not in e.time_anchor)
+
+
+def infer_zones(store: Store, opts: IngestOptions) -> list[ZoneResult]:
+    """Read the zone of SGLang logs whose stamps print none off the lines a source with exact times also holds (the
+    journal of their unit: `zonefix`); move their times when it is not UTC. Not when --tz was given."""
+    if "tz" in _given(opts):
+        return []
+    entries = store.sources()
+    todo = [e for e in entries if _zone_candidate(e)]
+    exact = [e for e in entries if e.ts_sources.get(TimeSource.EXACT.value)]
+    if not todo or not exact:
+        return []
+    try:  # the journal lines that begin as an SGLang line does
+        held = pl.concat([store.records_of(e).filter(pl.col("ts_source") == TimeSource.EXACT.value,
+                                                     pl.col("message").str.starts_with("["))
+                          .select(exact_key(), pl.col("ts").alias("ts_exact"), "path", "line") for e in exact]
+                         ).collect()
+    except FileNotFoundError:   # another process replaced a source meanwhile: its next ingest reads the zones
+        return []
+    out: list[ZoneResult] = []
+    if held.height == 0:
+        return out
+    for e in todo:
+        for _ in range(REWRITE_TRIES):
+            done = _zone_source(store, e, held)
+            if done is not False:
+                if done is not None:
+                    out.append(done)
+                break
+            e = store.entry(e.source_id)
+            if e is None or not _zone_candidate(e):
+                break
+    return out
+
+
+def _zone_source(store: Store, e: SourceEntry, held: pl.DataFrame) -> ZoneResult | None | bool:
+    """One source's zone from the exact lines `held` (their key, time, path and line): the result, None when no
+    line pairs, False when another process rewrote the source meanwhile (nothing changed then)."""
+    try:
+        src = store.records_of(e)
+        assumed = pl.col("ts_source").is_in(_ASSUMED_ZONE)
+        pairs = (src.filter(assumed, pl.col("ts").is_not_null(), pl.col("ts_text").str.starts_with("["))
+                 .select(source_key(), "ts").filter(pl.col("_h").is_in(held.get_column("_h").implode()))
+                 .collect().join(held, on="_h"))
+    except FileNotFoundError:
+        return False
+    f: ZoneFinding | None = find_offset(pairs)
+    if f is None:
+        return None
+    if f.offset is None:
+        return ZoneResult(e.path, disagreement(f), moved=False, warning=True)
+    note = zone_note(e.time_anchor, f, _holders(pairs))
+    if f.offset == 0:
+        ok = store.update(replace(e, time_anchor=note), based_on=e)
+        return ZoneResult(e.path, note, moved=False, warning=False) if ok else False
+    staging = store.staging()
+    try:
+        records_file = staging / "records.parquet"
+        moved = pl.when(assumed).then(pl.col("ts") - pl.duration(seconds=f.offset)).otherwise(pl.col("ts"))
+        try:
+            sink_parquet(src.with_columns(moved.alias("ts")), records_file, RECORD_SCHEMA)
+            events = retime_events(store.events_of(e).collect(), records_file)
+        except FileNotFoundError:
+            return False
+        write_parquet(events, staging / "events.parquet", EVENT_SCHEMA)
+        summary = _summary(records_file)
+        entry = replace(e, first_ts=summary["first_ts"], last_ts=summary["last_ts"], time_anchor=note)
+        if not store.update(entry, records_file, staging / "events.parquet", based_on=e):
+            return False
+    finally:
+        store.cleanup(staging)
+    warm_profile(store, e.source_id)
+    return ZoneResult(e.path, note, moved=True, warning=False)
+
+
+def _holders(pairs: pl.DataFrame) -> str:
+    """`journal-k26.log`, or `a.log and b.log`, or `a.log and 2 other sources`: the sources of the exact lines."""
+    paths = sorted(set(pairs.get_column("path").to_list()))
+    if len(paths) == 1:
+        return paths[0]
+    return f"{paths[0]} and {paths[1]}" if len(paths) == 2 else f"{paths[0]} and {len(paths) - 1} other sources"
 
 
 def anchor_kernel_clocks(store: Store, opts: IngestOptions, rules) -> list[BootAnchor]:
