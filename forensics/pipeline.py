@@ -928,9 +928,9 @@ def infer_zones(store: Store, opts: IngestOptions) -> list[ZoneResult]:
         return []
     try:  # the journal lines that begin as an SGLang line does
         held = pl.concat([store.records_of(e).filter(pl.col("ts_source") == TimeSource.EXACT.value,
-                                                     pl.col("message").str.starts_with("["))
-                          .select(exact_key(), pl.col("ts").alias("ts_exact"), "path", "line") for e in exact]
-                         ).collect()
+                                                     pl.col("message").str.contains(r"^\[[^\]]*\] "))
+                          .select(exact_key(), pl.col("ts").alias("ts_exact"), "path", "line", "host")
+                          for e in exact]).collect()
     except FileNotFoundError:   # another process replaced a source meanwhile: its next ingest reads the zones
         return []
     out: list[ZoneResult] = []
@@ -955,6 +955,8 @@ def _zone_source(store: Store, e: SourceEntry, held: pl.DataFrame) -> ZoneResult
     try:
         src = store.records_of(e)
         assumed = pl.col("ts_source").is_in(_ASSUMED_ZONE)
+        if e.host is not None:  # a source that names its host pairs with that host's lines only
+            held = held.filter(pl.col("host").is_null() | (pl.col("host") == e.host))
         pairs = (src.filter(assumed, pl.col("ts").is_not_null(), pl.col("ts_text").str.starts_with("["))
                  .select(source_key(), "ts").filter(pl.col("_h").is_in(held.get_column("_h").implode()))
                  .collect().join(held, on="_h"))

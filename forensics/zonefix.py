@@ -27,13 +27,16 @@ _ASSUMED = re.compile(r"zone assumed UTC(?: \(the stamps print no zone; pass --t
 
 
 def source_key() -> pl.Expr:
-    """The hash of a line as the journal holds it: the SGLang record's stamp as printed, then its message."""
-    return pl.concat_str([pl.col("ts_text"), pl.lit(" "), pl.col("message")]).hash(seed=0).alias("_h")
+    """The key of a line as the journal holds it: of the SGLang record's stamp as printed and of its message, the
+    two hashed apart (no string made of the two: 2.4 M records took 0.55 s so, 0.25 s thus)."""
+    return (pl.col("ts_text").hash(seed=0) ^ pl.col("message").hash(seed=1)).alias("_h")
 
 
 def exact_key() -> pl.Expr:
-    """The hash of an exact-timed record's message (a journal line's text after its own prefix)."""
-    return pl.col("message").hash(seed=0).alias("_h")
+    """The same key of an exact-timed record whose message begins as an SGLang line (`[stamp] text`)."""
+    m = pl.col("message")
+    cut = m.str.find("] ", literal=True)
+    return (m.str.slice(0, cut + 1).hash(seed=0) ^ m.str.slice(cut + 2).hash(seed=1)).alias("_h")
 
 
 @dataclass(frozen=True)
