@@ -178,6 +178,9 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], fmt: str | None, host: st
         sys.exit(2)
     for bar in bars:
         bar.__exit__(None, None, None)
+    if not quiet:
+        for s in report.skipped:
+            click.echo(f"skipped   {s}", err=True)
     for err in report.errors:
         click.echo(f"error: {err}", err=True)
     for r in report.results:

@@ -140,6 +140,7 @@ class SourceResult:
 class IngestReport:
     results: list[SourceResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)   # inputs that could not even be opened
+    skipped: list[str] = field(default_factory=list)  # directories left out of the inputs (a store), and why
     anchors: list[BootAnchor] = field(default_factory=list)
     zones: list[ZoneResult] = field(default_factory=list)   # zones read off lines a source with exact times holds
 
@@ -216,7 +217,7 @@ def ingest(store: Store, inputs: list[str], opts: IngestOptions,
 def _plan(inputs: list[str], opts: IngestOptions, report: IngestReport) -> list[tuple[Source, Detection]]:
     """The inputs as sources with their detected formats, full-date sources first (their dates anchor the year of
     year-less sources of the same host); what cannot be opened or is not text goes to `report`."""
-    sources, errors = expand(inputs)
+    sources, errors = expand(inputs, report.skipped)
     report.errors.extend(errors)
 
     def plan_one(src: Source) -> tuple[Source, Detection] | SourceResult:

@@ -107,8 +107,16 @@ def rotation_key(path: str) -> tuple[str, int, str]:
     return (os.path.join(os.path.dirname(path), base), -n, path)
 
 
-def expand(inputs: list[str]) -> tuple[list[Source], list[str]]:
-    """Expand inputs to sources. Returns (sources, errors); errors name the input and the fix."""
+def is_store(path: str | Path) -> bool:
+    """Whether a directory is a forensics store (`store.Store`'s layout: a manifest beside `records/` and `events/`):
+    its files are the tool's own, never logs."""
+    p = Path(path)
+    return (p / "manifest.json").is_file() and (p / "records").is_dir() and (p / "events").is_dir()
+
+
+def expand(inputs: list[str], skipped: list[str] | None = None) -> tuple[list[Source], list[str]]:
+    """Expand inputs to sources. Returns (sources, errors); errors name the input and the fix. A forensics store
+    met inside a directory (`forensics ingest .` where `.forensics` is) is left out, and said in `skipped`."""
     out: list[Source] = []
     errors: list[str] = []
     for item in inputs:
@@ -121,7 +129,7 @@ def expand(inputs: list[str]) -> tuple[list[Source], list[str]]:
             errors.append(f"{item}: no file matches this pattern; check the glob (quote it to let forensics expand it)")
             continue
         for p in paths:
-            files, errs = _expand_path(p)
+            files, errs = _expand_path(p, skipped)
             out.extend(files)
             errors.extend(errs)
     seen: set[str] = set()
@@ -134,7 +142,7 @@ def expand(inputs: list[str]) -> tuple[list[Source], list[str]]:
     return unique, errors
 
 
-def _expand_path(p: str) -> tuple[list[Source], list[str]]:
+def _expand_path(p: str, skipped: list[str] | None = None) -> tuple[list[Source], list[str]]:
     path = Path(p)
     try:
         st = path.stat()
@@ -143,9 +151,16 @@ def _expand_path(p: str) -> tuple[list[Source], list[str]]:
     except PermissionError:
         return [], [f"{p}: permission denied; run with access to it (e.g. sudo) or copy it readable"]
     if stat.S_ISDIR(st.st_mode):
+        if is_store(p):
+            return [], [f"{p}: a forensics store, not logs: its files are the tool's own; name the directory of the "
+                        f"logs (a store inside it is left out)"]
         found = []
         for root, dirs, files in os.walk(p):
-            dirs.sort()
+            stores = [d for d in dirs if is_store(os.path.join(root, d))]
+            if stores and skipped is not None:
+                skipped.extend(f"{os.path.join(root, d)}: a forensics store; its files are the tool's own, not logs"
+                               for d in sorted(stores))
+            dirs[:] = sorted(d for d in dirs if d not in stores)
             for f in files:
                 if not f.startswith("."):
                     found.append(os.path.join(root, f))

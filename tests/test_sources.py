@@ -5,6 +5,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,35 @@ def test_directory_is_recursive_and_rotated_logs_sort_oldest_first(tmp_path: Pat
     assert not errs
     assert [Path(s.path).name for s in srcs] == ["syslog.2.gz", "syslog.1", "syslog"]
     assert rotation_key("syslog.10.gz") < rotation_key("syslog.9.gz")
+
+
+def test_a_store_inside_the_directory_ingested_is_left_out_and_said(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "j.log").write_text(LINES)
+    Store(tmp_path / "logs" / ".forensics").init()
+    Store(tmp_path / "logs" / "sub" / "old-store").init()
+    skipped: list[str] = []
+    srcs, errs = expand([str(tmp_path / "logs")], skipped)
+    assert not errs and [Path(s.path).name for s in srcs] == ["j.log"]
+    assert [Path(s.split(":")[0]).name for s in skipped] == [".forensics", "old-store"]
+    assert all("a forensics store" in s for s in skipped)
+    # named itself, a store is an error that says what to name instead
+    srcs, errs = expand([str(tmp_path / "logs" / ".forensics")])
+    assert srcs == [] and "a forensics store, not logs" in errs[0] and "name the directory of the logs" in errs[0]
+
+
+def test_ingest_dot_where_the_default_store_is_reads_the_logs_only(tmp_path: Path) -> None:
+    box = tmp_path / "box"   # not tmp_path itself, which holds the tests' cache
+    box.mkdir()
+    (box / "j.log").write_text(LINES)
+    run = [sys.executable, "-m", "forensics.cli", "ingest", "."]
+    env = {k: v for k, v in os.environ.items() if k != "FORENSICS_STORE"}   # the default store: ./.forensics
+    for status in ("ingested", "unchanged"):   # the second run finds the store the first made, in `.`
+        out = subprocess.run(run, cwd=box, capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr
+        assert "skipped   ./.forensics: a forensics store" in out.stderr
+        assert f"{status:9} ./j.log" in out.stderr and ".forensics/" not in out.stderr
+    assert [e.path for e in Store(box / ".forensics").sources()] == ["./j.log"]
 
 
 def test_stdin(tmp_path: Path) -> None:
