@@ -38,7 +38,8 @@ from .formats import FORMATS, StructuredFormat
 from .normalise import normalise_batch, open_block
 from .timeparse import MONTHS
 from .timefix import EXTRA, SourceClock, YearAnchor
-from .zonefix import MARK as ZONE_MARK, ZoneFinding, disagreement, exact_key, find_offset, source_key, zone_note
+from .zonefix import (KERNEL, MARK as ZONE_MARK, ZoneFinding, disagreement, find_offset, keyed, source_key,
+                      unique_pairs, zone_note)
 from .parse import ParseContext, parse_lines, parse_structured, resolve
 from .regexbudget import RegexBudget, RuleTimeout
 from .slots import WorkSlots
@@ -911,15 +912,15 @@ _ASSUMED_ZONE = (TimeSource.ZONE_ASSUMED.value, TimeSource.YEAR_INFERRED.value)
 
 
 def _zone_candidate(e: SourceEntry) -> bool:
-    """An SGLang log whose stamps print no zone, read with the default UTC, whose zone was not read off other lines
+    """A source whose stamps print no zone, read with the default UTC, whose zone was not read off other lines
     before."""
-    return ("sglang" in (e.formats or [e.format]) and any(e.ts_sources.get(k) for k in _ASSUMED_ZONE)
-            and _read_with_of(e)["tz"] == "UTC" and ZONE_MARK not in e.time_anchor)
+    return (any(e.ts_sources.get(k) for k in _ASSUMED_ZONE) and _read_with_of(e)["tz"] == "UTC"
+            and ZONE_MARK not in e.time_anchor)
 
 
 def infer_zones(store: Store, opts: IngestOptions) -> list[ZoneResult]:
-    """Read the zone of SGLang logs whose stamps print none off the lines a source with exact times also holds (the
-    journal of their unit: `zonefix`); move their times when it is not UTC. Not when --tz was given."""
+    """Read the zone of sources whose stamps print none (an SGLang log, `dmesg -T`) off the lines a source with exact
+    times also holds (the journal: `zonefix`); move their times when it is not UTC. Not when --tz was given."""
     if "tz" in _given(opts):
         return []
     entries = store.sources()
@@ -927,10 +928,9 @@ def infer_zones(store: Store, opts: IngestOptions) -> list[ZoneResult]:
     exact = [e for e in entries if e.ts_sources.get(TimeSource.EXACT.value)]
     if not todo or not exact:
         return []
-    try:  # the journal lines that begin as an SGLang line does
-        held = pl.concat([store.records_of(e).filter(pl.col("ts_source") == TimeSource.EXACT.value,
-                                                     pl.col("message").str.contains(r"^\[[^\]]*\] "))
-                          .select(exact_key(), pl.col("ts").alias("ts_exact"), "path", "line", "host")
+    try:  # the kernel's lines, and those that begin as an SGLang line does
+        held = pl.concat([keyed(store.records_of(e).filter(pl.col("ts_source") == TimeSource.EXACT.value))
+                          .select("_h", pl.col("ts").alias("ts_exact"), "path", "line", "host")
                           for e in exact]).collect()
     except FileNotFoundError:   # another process replaced a source meanwhile: its next ingest reads the zones
         return []
@@ -958,9 +958,9 @@ def _zone_source(store: Store, e: SourceEntry, held: pl.DataFrame) -> ZoneResult
         assumed = pl.col("ts_source").is_in(_ASSUMED_ZONE)
         if e.host is not None:  # a source that names its host pairs with that host's lines only
             held = held.filter(pl.col("host").is_null() | (pl.col("host") == e.host))
-        pairs = (src.filter(assumed, pl.col("ts").is_not_null(), pl.col("ts_text").str.starts_with("["))
-                 .select(source_key(), "ts").filter(pl.col("_h").is_in(held.get_column("_h").implode()))
-                 .collect().join(held, on="_h"))
+        mine = (src.filter(assumed, pl.col("ts").is_not_null(), KERNEL | pl.col("ts_text").str.starts_with("["))
+                .select(source_key(), "ts").filter(pl.col("_h").is_in(held.get_column("_h").implode())).collect())
+        pairs = unique_pairs(mine, held.filter(pl.col("_h").is_in(mine.get_column("_h").implode())))
     except FileNotFoundError:
         return False
     f: ZoneFinding | None = find_offset(pairs)

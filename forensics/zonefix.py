@@ -1,10 +1,12 @@
 """The zone of stamps that print none, read off the lines a source with exact times also holds.
 
 An SGLang log prints its stamps in the host's local time, with no zone; the journal of its unit holds the same
-lines, stamp and all (`[2025-05-26 04:29:47] Received sigquit ...`), at the journal's exact time. The two times of
+lines, stamp and all (`[2025-05-26 04:29:47] Received sigquit ...`), at the journal's exact time. `dmesg -T` prints
+the kernel's lines in local time too, and a journal holds them (`-o short-iso`: with its offset). The two times of
 such a line differ by the zone's offset: a whole number of quarter hours, give or take the second the stamp was cut
-to and the moment the journal took the line. `find_offset` reads the offset off those pairs; the ingest moves the
-source's assumed times by it and says so in its time note (`zone_note`). An offset of zero confirms the assumed UTC.
+to and the moment the journal took the line. `find_offset` reads the offset off the lines held once on each side
+(`unique_pairs`); the ingest moves the source's assumed times by it and says so in its time note (`zone_note`). An
+offset of zero confirms the assumed UTC.
 
 The offset is one for the whole source: a daylight-saving change inside it shows as two offsets, and then nothing
 is moved (the finding says which, so that `--tz ZONE` can be given).
@@ -21,22 +23,44 @@ STEP = 900              # seconds: zones are offset from UTC by whole quarter ho
 SLACK = 5.0             # seconds a pair may stray from a quarter hour (the stamp's cut second, the journal's delay)
 EAST, WEST = 14 * 3600, 12 * 3600   # the offsets zones have (UTC+14:00 .. UTC-12:00)
 MIN_PAIRS = 2           # pairs that must agree to move a source's times (one is enough to confirm UTC)
-AGREE = 0.9             # the share of the pairs that must agree
+AGREE = 0.9             # the share of the pairs at a whole quarter hour that must agree on one (and those pairs must
+                        # be half of all at least: a clock off by minutes is no zone)
 MARK = "with exact times"   # in a time note: the zone was read off lines another source holds (not again)
 _ASSUMED = re.compile(r"zone assumed UTC(?: \(the stamps print no zone; pass --tz to change\))?")
 
 
+KERNEL = pl.col("ident") == "kernel"
+SGLANG_LINE = pl.col("message").str.contains(r"^\[[^\]]*\] ")   # a message as a journal holds an SGLang line
+
+
 def source_key() -> pl.Expr:
-    """The key of a line as the journal holds it: of the SGLang record's stamp as printed and of its message, the
-    two hashed apart (no string made of the two: 2.4 M records took 0.55 s so, 0.25 s thus)."""
-    return (pl.col("ts_text").hash(seed=0) ^ pl.col("message").hash(seed=1)).alias("_h")
+    """The key of a record whose zone is assumed, as a source with exact times would hold its line: a kernel
+    message is the kernel's on both sides; another record's stamp as printed and its message are what the journal
+    holds of an SGLang line. The two parts are hashed apart (no string made of both: 2.4 M records took 0.55 s so,
+    0.25 s thus)."""
+    return (pl.when(KERNEL).then(pl.col("message").hash(seed=2))
+            .otherwise(pl.col("ts_text").hash(seed=0) ^ pl.col("message").hash(seed=1)).alias("_h"))
 
 
 def exact_key() -> pl.Expr:
-    """The same key of an exact-timed record whose message begins as an SGLang line (`[stamp] text`)."""
+    """The same key of a record with an exact time: a kernel message's, or an SGLang line's (`[stamp] text`)."""
     m = pl.col("message")
     cut = m.str.find("] ", literal=True)
-    return (m.str.slice(0, cut + 1).hash(seed=0) ^ m.str.slice(cut + 2).hash(seed=1)).alias("_h")
+    return (pl.when(KERNEL).then(m.hash(seed=2))
+            .otherwise(m.str.slice(0, cut + 1).hash(seed=0) ^ m.str.slice(cut + 2).hash(seed=1)).alias("_h"))
+
+
+def keyed(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The records of `lf` that can pair (kernel lines, SGLang lines), with their key."""
+    return lf.filter(KERNEL | SGLANG_LINE).with_columns(exact_key())
+
+
+def unique_pairs(assumed: pl.DataFrame, exact: pl.DataFrame) -> pl.DataFrame:
+    """The pairs of lines held once on each side (the same line at the same time in two exact sources is one): a
+    line printed again and again (an OOM report's `Mem-Info:`, a boot's `Linux version`) pairs any time with any."""
+    exact = exact.unique(["_h", "ts_exact"], keep="first", maintain_order=True)
+    once = pl.len().over("_h") == 1
+    return assumed.filter(once).join(exact.filter(once), on="_h")
 
 
 @dataclass(frozen=True)
@@ -54,7 +78,8 @@ class ZoneFinding:
         if not self.offsets:
             return None
         best, n = self.offsets[0]
-        if n < AGREE * self.total or (best != 0 and n < MIN_PAIRS):
+        on_grid = sum(k for _, k in self.offsets)
+        if 2 * on_grid < self.total or n < AGREE * on_grid or (best != 0 and n < MIN_PAIRS):
             return None
         return best
 
@@ -117,7 +142,7 @@ def disagreement(f: ZoneFinding) -> str:
         return (f"its stamps differ from those of the same {_lines(f.total)} in a source {MARK} by no whole quarter "
                 f"hour: a clock off, not a zone; the zone stays assumed")
     (best, n), *others = f.offsets
-    if not others and n >= AGREE * f.total:
+    if not others and 2 * n >= f.total:
         return (f"{_lines(n)} also in a source {MARK} ({', '.join(f.where)}) put its stamps at {label(best)}: too "
                 f"few to move its times; pass --tz ZONE if that is the host's zone")
     seen = [f"{label(o)} by {_lines(k)}" for o, k in f.offsets[:3]]

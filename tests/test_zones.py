@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from forensics.cli import main
 from forensics.pipeline import IngestOptions, ingest
 from forensics.store import Store
-from forensics.zonefix import find_offset, label, zone_note
+from forensics.zonefix import find_offset, label, unique_pairs, zone_note
 from helpers import iso
 
 UTC0 = datetime(2025, 5, 25, 20, 19, 41)   # the first line's time, in UTC
@@ -159,6 +159,22 @@ def test_find_offset_does_not_settle_two_offsets() -> None:
     assert f is not None and f.offset is None and f.offsets == ((3600, 3), (7200, 2))
 
 
+def test_find_offset_needs_half_the_pairs_at_a_whole_quarter_hour() -> None:
+    f = find_offset(_pairs([3600, 3600, 3611, 3650, 3700]))
+    assert f is not None and f.offset is None and f.offsets == ((3600, 2),)
+    f = find_offset(_pairs([3600, 3600, 3600, 3650, 3700]))   # three of five: the boot's lines a journal took late
+    assert f is not None and f.offset == 3600
+
+
+def test_only_lines_held_once_on_each_side_pair() -> None:
+    t = datetime(2025, 5, 25, 20, 0, 0)
+    assumed = pl.DataFrame({"_h": [1, 2, 2, 3], "ts": [t, t, t, t]})
+    exact = pl.DataFrame({"_h": [1, 1, 2, 3, 3], "ts_exact": [t, t, t, t, t + timedelta(hours=1)],
+                          "path": ["a", "b", "a", "a", "a"], "line": [1, 1, 2, 3, 4]})
+    # 1: the same line at the same time in two exact sources is one; 2: twice in the assumed source; 3: twice exact
+    assert unique_pairs(assumed, exact).get_column("_h").to_list() == [1]
+
+
 def test_find_offset_outside_the_zones_is_no_zone() -> None:
     f = find_offset(_pairs([15 * 3600.0, 15 * 3600.0]))
     assert f is not None and f.offset is None
@@ -203,8 +219,9 @@ def _shift_stamps(text: str, by: timedelta) -> str:
 
 def test_the_seed_copied_off_a_host_at_utc_plus_8_is_the_seeds_one_incident(tmp_path: Path) -> None:
     """The seed's logs as a host whose zone is +08:00 prints them: its journals with `-o short-iso` (+08:00), the
-    SGLang log in local time. Unmoved, the SGLang log's FlashInfer failure stood 8 hours after its unit's death, an
-    incident of its own; read off the journal, the zone puts it back into the seed's one incident."""
+    SGLang log in local time, the kernel's with `dmesg -T`. Unmoved, the SGLang log's FlashInfer failure and the
+    dmesg's OOM kill stood 8 hours after their units' deaths, incidents of their own; read off the journal, the zone
+    puts them back into the seed's one incident."""
     import re
 
     src = Path(__file__).resolve().parent.parent / "samples" / "incident"
@@ -221,12 +238,21 @@ def test_the_seed_copied_off_a_host_at_utc_plus_8_is_the_seeds_one_incident(tmp_
     k26 = _shift_stamps((src / "journal-k26.log").read_text(), east).replace("+00:00 ", "+08:00 ")
     (out / "journal-k26.log").write_text(k26)
     (out / "sglang-k26.log").write_text(_shift_stamps((src / "sglang-k26.log").read_text(), east))
-    for name in ("dmesg.log", "sglang-k26.service", "sglang-k26-eagle3.service"):
+    for name in ("sglang-k26.service", "sglang-k26-eagle3.service"):
         (out / name).write_bytes((src / name).read_bytes())
+    # `dmesg -T`: the kernel's seconds since boot as local time (the boot at 07:59:59.987 UTC)
+    boot = datetime(2025, 5, 25, 7, 59, 59, 987242) + east
+    dmesg = []
+    for line in (src / "dmesg.log").read_text().splitlines(keepends=True):
+        m = re.match(r"\[\s*(\d+\.\d+)\] (.*)", line, re.S)
+        t = boot + timedelta(seconds=float(m.group(1))) if m else None
+        dmesg.append(f"[{t:%a %b %d %H:%M:%S %Y}] {m.group(2)}" if m and t else line)
+    (out / "dmesg-T.log").write_text("".join(dmesg))
     store = str(tmp_path / "store")
     res = CliRunner().invoke(main, ["--store", store, "ingest", str(out)])
     assert res.exit_code == 0, res.output
     assert f"zone      {out / 'sglang-k26.log'}: zone inferred: UTC +08:00, from 3 lines" in res.stderr
+    assert f"zone      {out / 'dmesg-T.log'}: zone inferred: UTC +08:00, from 92 lines also in " in res.stderr
     res = CliRunner().invoke(main, ["--store", store, "incidents"])
     assert res.exit_code == 0, res.output
     [incident] = res.stdout.splitlines()
