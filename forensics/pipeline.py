@@ -38,8 +38,8 @@ from .formats import FORMATS, StructuredFormat
 from .normalise import normalise_batch, open_block
 from .timeparse import MONTHS
 from .timefix import EXTRA, SourceClock, YearAnchor
-from .zonefix import (KERNEL, MARK as ZONE_MARK, ZoneFinding, disagreement, find_offset, keyed, source_key,
-                      unique_pairs, zone_note)
+from .zonefix import (KERNEL, MARK as ZONE_MARK, ZoneFinding, disagreement, find_offset, inferred_zone, keyed,
+                      source_key, unique_pairs, zone_note)
 from .parse import ParseContext, parse_lines, parse_structured, resolve
 from .regexbudget import RegexBudget, RuleTimeout
 from .slots import WorkSlots
@@ -98,8 +98,16 @@ def changed_options(entry: SourceEntry, opts: IngestOptions) -> list[str]:
     bytes are read again with them rather than left as they are. An option not given never counts (a later
     `ingest dir/` with no options keeps each source as it was read), nor one its records show it does not need
     (`ingest --year 2024 logs/` reads again the year-less sources only)."""
-    asked, stored, given = read_with(opts), _read_with_of(entry), _given(opts)
+    asked, stored, given = read_with(opts), _as_read(entry), _given(opts)
     return [k for k in asked if k in given and asked[k] != stored[k] and _bears_on(entry, k)]
+
+
+def _as_read(entry: SourceEntry) -> dict[str, str | int | None]:
+    """The options a stored source's times stand as read with: a zone read off other lines (`zonefix`) counts as
+    one, so that `--tz UTC` given after it reads the source again, with UTC."""
+    stored = _read_with_of(entry)
+    zone = inferred_zone(entry.time_anchor)
+    return {**stored, "tz": f"{zone}, inferred from its lines"} if zone else stored
 
 
 def _bears_on(entry: SourceEntry, key: str) -> bool:
@@ -120,7 +128,7 @@ def _bears_on(entry: SourceEntry, key: str) -> bool:
 
 def describe_change(entry: SourceEntry, opts: IngestOptions, keys: Sequence[str]) -> str:
     """`read again, with --boot-time 2025-05-25T08:00:00+00:00 (it was read with none)`, each changed option."""
-    asked, stored = read_with(opts), _read_with_of(entry)
+    asked, stored = read_with(opts), _as_read(entry)
     return "read again, with " + "; ".join(
         f"--{k.replace('_', '-')} {asked[k] if asked[k] is not None else '(none)'} "
         f"(it was read with {stored[k] if stored[k] is not None else 'none'})" for k in keys)

@@ -136,6 +136,15 @@ def zone_note(note: str, f: ZoneFinding, holders: str) -> str:
     return _ASSUMED.sub(lambda _: said, note, count=1)
 
 
+_INFERRED = re.compile(r"zone inferred: (UTC [+-]\d\d:\d\d)")
+
+
+def inferred_zone(note: str) -> str | None:
+    """The zone a source's time note says was read off other lines and moved its times (`UTC +08:00`), if any."""
+    m = _INFERRED.search(note)
+    return m.group(1) if m else None
+
+
 def disagreement(f: ZoneFinding) -> str:
     """Why no zone was read off the pairs found (`f.offset` is None)."""
     if not f.offsets:

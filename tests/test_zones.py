@@ -127,6 +127,19 @@ def test_reading_again_infers_the_same_zone(tmp_path: Path) -> None:
     assert [z.moved for z in rep.zones] == [True]
 
 
+def test_tz_given_after_a_zone_was_inferred_reads_the_source_again_with_it(tmp_path: Path) -> None:
+    paths = _write(tmp_path, timedelta(hours=8))
+    store, _ = _ingest(tmp_path, paths)
+    store, rep = _ingest(tmp_path, paths, tz="UTC", given=("tz",))   # the user's word: the stamps are UTC
+    recs, e = _sglang(store)
+    assert iso(recs)[0] == "2025-05-26T04:19:41.000000" and rep.zones == []
+    assert e.time_anchor.startswith("zone assumed UTC")
+    [again] = [r.again for r in rep.results if r.path.endswith("sglang.log")]
+    assert again == "read again, with --tz UTC (it was read with UTC +08:00, inferred from its lines)"
+    # the journal, whose zone is printed, is not read again
+    assert [r.status for r in rep.results if r.path.endswith("journal.log")] == ["unchanged"]
+
+
 def test_a_journal_ingested_later_moves_the_log_read_before(tmp_path: Path) -> None:
     log, journal = _write(tmp_path, timedelta(hours=8))
     store, rep = _ingest(tmp_path, [log])
