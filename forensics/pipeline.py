@@ -39,7 +39,7 @@ from .normalise import normalise_batch, open_block
 from .timeparse import MONTHS
 from .timefix import EXTRA, SourceClock, YearAnchor
 from .zonefix import (KERNEL, MARK as ZONE_MARK, ZoneFinding, disagreement, find_offset, inferred_zone, keyed,
-                      source_key, unique_pairs, zone_note)
+                      key_step, sampled, source_key, unique_pairs, zone_note)
 from .parse import ParseContext, parse_lines, parse_structured, resolve
 from .regexbudget import RegexBudget, RuleTimeout
 from .slots import WorkSlots
@@ -936,18 +936,19 @@ def infer_zones(store: Store, opts: IngestOptions) -> list[ZoneResult]:
     exact = [e for e in entries if e.ts_sources.get(TimeSource.EXACT.value)]
     if not todo or not exact:
         return []
-    try:  # the kernel's lines, and those that begin as an SGLang line does
-        held = pl.concat([keyed(store.records_of(e).filter(pl.col("ts_source") == TimeSource.EXACT.value))
-                          .select("_h", pl.col("ts").alias("ts_exact"), "path", "line", "host")
-                          for e in exact]).collect()
+    try:  # the keys and lines alone of the lines that can pair, streamed: a 4 GiB corpus's journal holds 1.5 M of
+        # them, whose times, paths and hosts kept too took the ingest's peak 90 MiB up (to 428 MiB)
+        step = key_step(sum(x.records for x in exact))
+        keys = pl.concat([_exact_lines(store, x).select("_h", "line", pl.lit(i, pl.UInt16).alias("_x"))
+                          .filter(sampled(step)) for i, x in enumerate(exact)]).collect(engine="streaming")
     except FileNotFoundError:   # another process replaced a source meanwhile: its next ingest reads the zones
         return []
     out: list[ZoneResult] = []
-    if held.height == 0:
+    if keys.is_empty():
         return out
     for e in todo:
         for _ in range(REWRITE_TRIES):
-            done = _zone_source(store, e, held)
+            done = _zone_source(store, e, exact, keys, step)
             if done is not False:
                 if done is not None:
                     out.append(done)
@@ -958,17 +959,35 @@ def infer_zones(store: Store, opts: IngestOptions) -> list[ZoneResult]:
     return out
 
 
-def _zone_source(store: Store, e: SourceEntry, held: pl.DataFrame) -> ZoneResult | None | bool:
-    """One source's zone from the exact lines `held` (their key, time, path and line): the result, None when no
-    line pairs, False when another process rewrote the source meanwhile (nothing changed then)."""
+def _exact_lines(store: Store, e: SourceEntry) -> pl.LazyFrame:
+    """The records of `e` with exact times that can pair (the kernel's lines, those that begin as an SGLang line
+    does), with their key `_h`."""
+    return keyed(store.records_of(e).filter(pl.col("ts_source") == TimeSource.EXACT.value))
+
+
+def _zone_source(store: Store, e: SourceEntry, exact: Sequence[SourceEntry], keys: pl.DataFrame,
+                 step: int) -> ZoneResult | None | bool:
+    """One source's zone from the lines of the `exact` sources (`keys`: the key, line and index in `exact` of
+    theirs, 1 in `step` of them): the result, None when no line pairs, False when another process rewrote a source
+    meanwhile (nothing changed then)."""
     try:
         src = store.records_of(e)
         assumed = pl.col("ts_source").is_in(_ASSUMED_ZONE)
+        mine = (src.filter(assumed, pl.col("ts").is_not_null(), KERNEL | pl.col("ts_text").str.starts_with("["))
+                .select(source_key(), "ts").filter(sampled(step), pl.col("_h").is_in(keys.get_column("_h").implode()))
+                .collect(engine="streaming"))
+        if mine.is_empty():
+            return None
+        theirs = keys.filter(pl.col("_h").is_in(mine.get_column("_h").implode()))
+        held = pl.concat([  # the few lines paired, read by their line numbers (not their text again)
+            store.records_of(exact[i]).filter(pl.col("line").is_in(part.get_column("line").implode()))
+            .select(pl.col("ts").alias("ts_exact"), "path", "line", "host").collect()
+            .join(part.select("_h", "line"), on="line")
+            for (i,), part in theirs.group_by("_x", maintain_order=True)])
+        held = held.select("_h", "ts_exact", "path", "line", "host")
         if e.host is not None:  # a source that names its host pairs with that host's lines only
             held = held.filter(pl.col("host").is_null() | (pl.col("host") == e.host))
-        mine = (src.filter(assumed, pl.col("ts").is_not_null(), KERNEL | pl.col("ts_text").str.starts_with("["))
-                .select(source_key(), "ts").filter(pl.col("_h").is_in(held.get_column("_h").implode())).collect())
-        pairs = unique_pairs(mine, held.filter(pl.col("_h").is_in(mine.get_column("_h").implode())))
+        pairs = unique_pairs(mine, held)
     except FileNotFoundError:
         return False
     f: ZoneFinding | None = find_offset(pairs)

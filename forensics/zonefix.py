@@ -55,6 +55,23 @@ def keyed(lf: pl.LazyFrame) -> pl.LazyFrame:
     return lf.filter(KERNEL | SGLANG_LINE).with_columns(exact_key())
 
 
+MAX_KEYS = 1 << 18   # records of exact sources whose keys are all kept to pair with: past them, a sample
+
+
+def key_step(records: int, most: int | None = None) -> int:
+    """1 in how many of the exact lines' keys are kept (those a multiple of it, on both sides: `sampled`), for
+    exact sources of `records` records in all: a 4 GiB corpus's journal holds 1.5 M lines that can pair; kept whole,
+    their set and the scan of a 9.6 M-record SGLang log against it took the ingest's peak to 398-428 MiB. A log and
+    the journal of its unit share as many lines as the journal holds of it, so a sample of a big store still pairs
+    thousands; a store of at most `most` exact records is not sampled."""
+    return max(1, -(-records // (MAX_KEYS if most is None else most)))
+
+
+def sampled(step: int) -> pl.Expr:
+    """The records whose key (`_h`) the sample of 1 in `step` keeps."""
+    return pl.col("_h") % step == 0 if step > 1 else pl.lit(True)
+
+
 def unique_pairs(assumed: pl.DataFrame, exact: pl.DataFrame) -> pl.DataFrame:
     """The pairs of lines held once on each side (the same line at the same time in two exact sources is one): a
     line printed again and again (an OOM report's `Mem-Info:`, a boot's `Linux version`) pairs any time with any."""

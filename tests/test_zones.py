@@ -271,3 +271,25 @@ def test_the_seed_copied_off_a_host_at_utc_plus_8_is_the_seeds_one_incident(tmp_
     [incident] = res.stdout.splitlines()
     assert incident.startswith("2025-05-25-dflash-train-sglang-k26-eagle3\t2025-05-25 20:17:18 .. 20:29:48\t")
     assert "FlashInfer JIT cannot build for sm_120" in incident
+
+
+def test_a_big_store_pairs_a_sample_of_the_lines_the_same_on_both_sides(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from forensics import zonefix
+
+    assert zonefix.key_step(zonefix.MAX_KEYS) == 1 and zonefix.key_step(zonefix.MAX_KEYS + 1) == 2
+    monkeypatch.setattr(zonefix, "MAX_KEYS", 10)   # 60 exact lines: 1 key in 6 kept
+    east, sglang, journal = timedelta(hours=8), [], []
+    for i in range(60):
+        utc = UTC0 + timedelta(seconds=i)
+        stamp = f"[{utc + east:%Y-%m-%d %H:%M:%S} TP{i % 8}]"
+        sglang.append(f"{stamp} Decode batch {i}. #running-req: {i}\n")
+        journal.append(f"{utc + east:%Y-%m-%dT%H:%M:%S}+0800 gpu-a07 python3[51877]: {stamp} Decode batch {i}. "
+                       f"#running-req: {i}\n")
+    (tmp_path / "sglang.log").write_text("".join(sglang))
+    (tmp_path / "journal.log").write_text("".join(journal))
+    store, rep = _ingest(tmp_path, [tmp_path / "sglang.log", tmp_path / "journal.log"])
+    recs, e = _sglang(store)
+    assert iso(recs)[0] == "2025-05-25T20:19:41.000000"
+    n = int(e.time_anchor.split("from ")[1].split(" lines")[0])
+    assert 2 <= n < 60    # a sample, its lines paired on both sides
