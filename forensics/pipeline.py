@@ -999,23 +999,11 @@ def _zone_source(store: Store, e: SourceEntry, exact: Sequence[SourceEntry], key
     if f.offset == 0:
         ok = store.update(replace(e, time_anchor=note), based_on=e)
         return ZoneResult(e.path, note, moved=False, warning=False) if ok else False
-    staging = store.staging()
-    try:
-        records_file = staging / "records.parquet"
-        moved = pl.when(assumed).then(pl.col("ts") - pl.duration(seconds=f.offset)).otherwise(pl.col("ts"))
-        try:
-            sink_parquet(src.with_columns(moved.alias("ts")), records_file, RECORD_SCHEMA)
-            events = retime_events(store.events_of(e).collect(), records_file)
-        except FileNotFoundError:
-            return False
-        write_parquet(events, staging / "events.parquet", EVENT_SCHEMA)
-        summary = _summary(records_file)
-        entry = replace(e, first_ts=summary["first_ts"], last_ts=summary["last_ts"], time_anchor=note)
-        if not store.update(entry, records_file, staging / "events.parquet", based_on=e):
-            return False
-    finally:
-        store.cleanup(staging)
-    warm_profile(store, e.source_id)
+    moved = pl.when(assumed).then(pl.col("ts") - pl.duration(seconds=f.offset)).otherwise(pl.col("ts"))
+    if not _rewrite_times(store, e, src.with_columns(moved.alias("ts")),
+                          lambda _, summary: replace(e, first_ts=summary["first_ts"], last_ts=summary["last_ts"],
+                                                     time_anchor=note)):
+        return False
     return ZoneResult(e.path, note, moved=True, warning=False)
 
 
@@ -1116,26 +1104,37 @@ def _anchor_source(store: Store, e: SourceEntry, opts: IngestOptions) -> list[Bo
         return None  # its files were replaced (and the old ones deleted) since `e` was read
     if not anchors:
         return []
+    def anchored(records_file: Path, summary: dict) -> SourceEntry:
+        hosts = pl.scan_parquet(records_file).select(pl.col("host").drop_nulls().mode().sort().first()).collect()
+        return replace(e, first_ts=summary["first_ts"], last_ts=summary["last_ts"], ts_sources=summary["ts_sources"],
+                       host=hosts.item() or e.host, time_anchor=_anchored(anchors, summary["ts_sources"]))
+
+    if not _rewrite_times(store, e, apply_anchor(src, anchors, opts.host), anchored):
+        return None
+    return list(anchors.values())
+
+
+def _rewrite_times(store: Store, e: SourceEntry, records: pl.LazyFrame,
+                   entry_for: Callable[[Path, dict], SourceEntry]) -> bool:
+    """Replace a listed source's records with `records` (the same, their times moved: a boot anchor, a zone) and its
+    events with theirs retimed to match; its entry becomes `entry_for(records file, its _summary)`, and its profile
+    is computed again. False when another process rewrote the source meanwhile (nothing changed then)."""
     staging = store.staging()
     try:
         records_file = staging / "records.parquet"
         try:
-            sink_parquet(apply_anchor(src, anchors, opts.host), records_file, RECORD_SCHEMA)
+            sink_parquet(records, records_file, RECORD_SCHEMA)
             events = retime_events(store.events_of(e).collect(), records_file)
         except FileNotFoundError:
-            return None
+            return False
         write_parquet(events, staging / "events.parquet", EVENT_SCHEMA)
-        summary = _summary(records_file)
-        hosts = pl.scan_parquet(records_file).select(pl.col("host").drop_nulls().mode().sort().first()).collect()
-        entry = replace(e, first_ts=summary["first_ts"], last_ts=summary["last_ts"],
-                        ts_sources=summary["ts_sources"], host=hosts.item() or e.host,
-                        time_anchor=_anchored(anchors, summary["ts_sources"]))
+        entry = entry_for(records_file, _summary(records_file))
         if not store.update(entry, records_file, staging / "events.parquet", based_on=e):
-            return None
+            return False
     finally:
         store.cleanup(staging)
     warm_profile(store, e.source_id)
-    return list(anchors.values())
+    return True
 
 
 RESCAN_ROWS = 131_072   # records read at a time: the matcher keeps only their candidates
