@@ -26,6 +26,7 @@ from typing import BinaryIO
 import polars as pl
 
 from .ahead import ahead
+from .store import is_store
 
 BLOCK = 32 << 20  # bytes read per batch
 ROTATED = re.compile(r"^(?P<base>.+?)(?:[.-](?P<n>\d+))?(?P<ext>\.(?:gz|bz2|xz|zst))?$")
@@ -105,13 +106,6 @@ def rotation_key(path: str) -> tuple[str, int, str]:
     if m and not m.group("n") and m.group("ext"):
         base = m.group("base")
     return (os.path.join(os.path.dirname(path), base), -n, path)
-
-
-def is_store(path: str | Path) -> bool:
-    """Whether a directory is a forensics store (`store.Store`'s layout: a manifest beside `records/` and `events/`):
-    its files are the tool's own, never logs."""
-    p = Path(path)
-    return (p / "manifest.json").is_file() and (p / "records").is_dir() and (p / "events").is_dir()
 
 
 def expand(inputs: list[str], skipped: list[str] | None = None) -> tuple[list[Source], list[str]]:

@@ -68,6 +68,14 @@ class _Bin:
 
 
 _BIN = _Bin()
+MANIFEST = "manifest.json"   # a store's list of its sources, beside `records/` and `events/`
+
+
+def is_store(path: str | Path) -> bool:
+    """Whether a directory is laid out as a store (`Store.init`: a manifest beside `records/` and `events/`): its
+    files are the tool's own, never logs (a directory ingested leaves one out)."""
+    p = Path(path)
+    return (p / MANIFEST).is_file() and (p / "records").is_dir() and (p / "events").is_dir()
 
 
 class StoreError(Exception):
@@ -140,7 +148,7 @@ class Store:
     # -- layout
     @property
     def manifest_path(self) -> Path:
-        return self.path / "manifest.json"
+        return self.path / MANIFEST
 
     def file(self, kind: Kind, sid: str, name: str = "") -> Path:
         """The path of a source's records or events file of the given name (its plain name when "")."""
