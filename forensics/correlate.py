@@ -41,6 +41,7 @@ File (see rules/correlations/README.md for every key):
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import json
 import re
 import string
@@ -132,11 +133,22 @@ class Location:
 @dataclass(frozen=True)
 class Where:
     """`field` (an event field or column) equals one of `values` (compared as text; `null` matches an absent
-    field); `negate` for where_not."""
+    field), or matches one of `patterns` (a value with `*` or `?`: shell-style, any case, e.g. `*sglang*`);
+    `negate` for where_not."""
 
     field: str
     values: tuple[str, ...]
     negate: bool = False
+    patterns: tuple[str, ...] = ()      # lower-cased shell patterns
+
+    def hit(self, v: Any) -> bool:
+        if v is None:
+            return NULL in self.values
+        text = _as_text(v)
+        if text in self.values:
+            return True
+        low = text.lower()
+        return any(fnmatch.fnmatchcase(low, p) for p in self.patterns)
 
 
 @dataclass(frozen=True)
@@ -471,7 +483,10 @@ class _Reader:
             if not vals or any(isinstance(v, (dict, list)) for v in vals):
                 self.add(vnode, f"{what}.{fname} must be a value or a non-empty list of values")
                 continue
-            out.append(Where(fname, tuple(NULL if v is None else _as_text(v) for v in vals), negate))
+            texts = [NULL if v is None else _as_text(v) for v in vals]
+            glob = [t != NULL and ("*" in t or "?" in t) for t in texts]
+            out.append(Where(fname, tuple(t for t, g in zip(texts, glob) if not g), negate,
+                             tuple(t.lower() for t, g in zip(texts, glob) if g)))
         return tuple(out)
 
     def join(self, node: yaml.Node, what: str) -> Join:
@@ -1402,9 +1417,7 @@ class Timeline:
 
 def _where_ok(e: EventView, where: Sequence[Where]) -> bool:
     for w in where:
-        v = e.value(w.field)
-        hit = (NULL in w.values) if v is None else _as_text(v) in w.values
-        if hit == w.negate:
+        if w.hit(e.value(w.field)) == w.negate:
             return False
     return True
 

@@ -154,3 +154,22 @@ def test_durations(text: object, seconds: float) -> None:
 @pytest.mark.parametrize("text", ["soon", "-5s", "5 parsecs", True, None])
 def test_bad_durations(text: object) -> None:
     assert parse_duration(text) is None
+
+
+def test_a_where_value_with_a_star_is_a_pattern_of_any_case(tmp_path: Path, fixture_dir: Path) -> None:
+    from forensics.correlate import _where_ok, views
+    import polars as pl
+    d = _write(tmp_path, GOOD.replace("where: {signal: KILL}", "where: {signal: KILL, unit: ['*sglang*', a.service]}"))
+    (c,) = load_correlations([d], builtin=False, fixture_dir=fixture_dir)
+    sig, unit = c.step("killed").where
+    assert sig.values == ("KILL",) and sig.patterns == ()
+    assert unit.values == ("a.service",) and unit.patterns == ("*sglang*",)
+    evs = views(pl.DataFrame({"kind": ["service_killed"] * 5, "fields": ['{"signal": "KILL"}'] * 5,
+                              "unit": ["SGLang-K26.service", "sglang.service", "a.service", "nfs-idmapd.service", None],
+                              "line": [1, 2, 3, 4, 5], "path": ["j.log"] * 5, "rule": ["r"] * 5,
+                              "ts": pl.Series([None] * 5, dtype=pl.Datetime("us", "UTC"))}))
+    ok = [e.unit for e in evs if _where_ok(e, c.step("killed").where)]
+    assert sorted(ok) == ["SGLang-K26.service", "a.service", "sglang.service"]
+    neg = load_correlations([_write(tmp_path, GOOD.replace("where: {signal: KILL}", "where_not: {unit: '*SGLANG*'}"))],
+                            builtin=False, fixture_dir=fixture_dir)[0].step("killed").where
+    assert sorted(str(e.unit) for e in evs if _where_ok(e, neg)) == ["None", "a.service", "nfs-idmapd.service"]
