@@ -72,9 +72,11 @@ from .environment import Fingerprint, fingerprints
 from .record_tables import compute_tables, host_fills, record_tables, unit_fills
 from .schema import YEAR_MTIME, YEAR_NOW, empty_events
 from .store import scan_files
-from .model import Conclusion, Confidence, Event, Evidence, Gap, Incident, SourceInfo, to_jsonable
+from .model import Conclusion, Confidence, Event, Evidence, Gap, Incident, Repeat, SourceInfo, to_jsonable
 
 DEFAULT_GAP_MINUTES = 15.0
+REPEAT_MIN = 5                         # loose lines of one rule in an incident: from this many, one timeline row
+REPEAT_AROUND_S = 3 * 3600.0           # ... whose rate is compared with the kind's in this long before and after
 UNDATED_LINES = 500                    # untimed significant events this close in one source: one incident
 SGLANG_DEFAULT_PORT = "30000"          # `{port}` of a unit whose launch configuration gives none
 CONTEXT_KINDS = frozenset({"server_config", "server_ready", "server_start", "service_started", "boot"})
@@ -882,12 +884,51 @@ class _Builder:
                                     key=lambda x: (by_id[x].t or 0.0, by_id[x].seq) if x in by_id else (0.0, 0)))
             gap_evs = [e for e in here if e.kind == "journal_suppressed" or (e.t is None and e.kind in KERNEL_KINDS)]
             gaps = _gaps(c, gap_evs, members, self.prep, t0, t1, gap_s)
+            bound = set(sk.core_ids) | {x for f in ordered for x in f.event_ids} | {e.id for e in configs}
+            repeats = (_repeats(members, bound, c.host, lo, hi, src.narrow)
+                       if t0 is not None and t1 is not None else ())
             out.append(Incident(
                 id=sk.id, start=sk.start, end=sk.end, hosts=(c.host,), units=tuple(units), headline=sk.headline,
                 root_cause=conclusions[0], conclusions=conclusions, events=events, symptoms=symptoms, configs=cfgs,
-                environment=fp.as_dict(), gaps=tuple(gaps), sources=_source_infos(self.prep, c.host)))
+                environment=fp.as_dict(), gaps=tuple(gaps), sources=_source_infos(self.prep, c.host),
+                repeats=repeats))
         return out
 
+
+
+def _repeats(members: Sequence[EventView], bound: set[str], host: str, lo: float, hi: float,
+             narrow: pl.DataFrame) -> tuple[Repeat, ...]:
+    """The rules with REPEAT_MIN or more *loose* events in an incident (timed, naming no unit, bound by no
+    conclusion and not among its significant events: the context of its window), each with the rate of its kind
+    on the host in the window [lo, hi] and in the REPEAT_AROUND_S before and after it (as far as the host's
+    events reach)."""
+    loose: dict[str, list[EventView]] = {}
+    for e in members:
+        if e.t is not None and e.id not in bound and e.entities.get("unit") is None:
+            loose.setdefault(e.rule, []).append(e)
+    rules = sorted(r for r, evs in loose.items() if len(evs) >= REPEAT_MIN)
+    if not rules:
+        return ()
+    mine = narrow.filter((pl.col("part") == host) & pl.col("t_us").is_not_null())
+    first_us, last_us = mine.select(pl.col("t_us").min().alias("a"), pl.col("t_us").max().alias("b")).row(0)
+    lo_us, hi_us = int(lo * 1_000_000), int(hi * 1_000_000)
+    a_lo = max(lo_us - int(REPEAT_AROUND_S * 1_000_000), first_us if first_us is not None else lo_us)
+    a_hi = min(hi_us + int(REPEAT_AROUND_S * 1_000_000), last_us if last_us is not None else hi_us)
+    around_s = max(0, lo_us - a_lo) / 1e6 + max(0, a_hi - hi_us) / 1e6
+    kinds = sorted({loose[r][0].kind for r in rules})
+    t = pl.col("t_us")
+    counts = {k: (n_in, n_out) for k, n_in, n_out in mine.filter(pl.col("kind").is_in(kinds)).group_by("kind").agg(
+        t.is_between(lo_us, hi_us).sum().alias("in"),
+        (t.is_between(a_lo, lo_us, closed="left") | t.is_between(hi_us, a_hi, closed="right")).sum().alias("out"),
+    ).iter_rows()}
+    out = []
+    for r in rules:
+        evs = loose[r]
+        n_in, n_out = counts.get(evs[0].kind, (len(evs), 0))
+        out.append(Repeat(rule=r, kind=evs[0].kind, count=len(evs), first=iso(evs[0].ts), last=iso(evs[-1].ts),
+                          event_ids=tuple(e.id for e in evs), in_window=int(n_in), window_seconds=hi - lo,
+                          around=int(n_out), around_seconds=around_s))
+    return tuple(out)
 
 
 def candidates(specs: Sequence[str], parts: Sequence[str]) -> set[str] | None:

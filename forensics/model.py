@@ -102,6 +102,35 @@ class Gap:
 
 
 @dataclass(frozen=True)
+class Repeat:
+    """Lines of one rule that recur in an incident's window with no tie to it (no conclusion binds them, they name
+    none of its units, such as a kubelet's probe failures for other pods): the timeline shows them as one row.
+    `around` counts the events of the kind on the host in the `around_seconds` before and after the window
+    (`in_window` in its `window_seconds`, copies in other sources included on both sides), which tells a burst
+    from the host's background."""
+
+    rule: str
+    kind: str
+    count: int                # the incident's events of the rule
+    first: str | None
+    last: str | None
+    event_ids: tuple[str, ...]
+    in_window: int
+    window_seconds: float
+    around: int
+    around_seconds: float
+
+    @property
+    def ratio(self) -> float | None:
+        """The kind's rate in the window over its rate around it (None: nothing around to compare with)."""
+        if self.around_seconds <= 0 or self.window_seconds <= 0:
+            return None
+        if self.around == 0:
+            return float("inf")
+        return (self.in_window / self.window_seconds) / (self.around / self.around_seconds)
+
+
+@dataclass(frozen=True)
 class SourceInfo:
     path: str
     sha256: str
@@ -131,6 +160,7 @@ class Incident:
     environment: dict[str, str]             # `gpu`, `sm`, `driver`, `cuda`, `torch`, `flashinfer`, `sglang`, `kernel`, `host`
     gaps: tuple[Gap, ...]
     sources: tuple[SourceInfo, ...]         # sources that cover the incident's hosts
+    repeats: tuple[Repeat, ...] = ()        # recurring lines not tied to the incident (one timeline row each)
 
     def to_json(self) -> dict[str, Any]:
         return to_jsonable(self)

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from forensics.configreview import is_dump
-from forensics.model import Conclusion, Event, Evidence, Incident, line_span
+from forensics.model import Conclusion, Event, Evidence, Incident, Repeat, line_span
 from forensics.render.data import Excerpt, ExcerptLine, ReportData
 from forensics.render.impact import unit_impacts
 from forensics.render.options import ReportOptions
@@ -332,9 +332,42 @@ class _Builder:
 
     # -- sections
 
+    def repeat_title(self, r: Repeat, first: Event) -> str:
+        """`<the first line's title>, and N more like it until HH:MM:SS: <how often, against the hours around>`."""
+        last = parse_ts(r.last)
+        until = f" until {self.clock.utc_text(last, self.utc_dates)}" if last is not None else ""
+        around = duration(r.around_seconds)
+        ratio = r.ratio
+        if ratio is None:
+            rate = "no conclusion ties them to the incident"
+        elif ratio == float("inf"):
+            rate = (f"none in the {around} around the window, so a burst, but no conclusion ties them "
+                    "to the incident")
+        elif ratio >= 2:
+            rate = (f"{ratio:.1f}x as often as in the {around} around the window; no conclusion ties them "
+                    "to the incident")
+        elif ratio >= 0.5:
+            rate = (f"as often as in the {around} around the window (the host's background), none tied "
+                    "to the incident")
+        else:
+            rate = f"less often than in the {around} around the window, none tied to the incident"
+        return f"{first.title}, and {r.count - 1} more {r.rule} lines like it{until}: {rate}"
+
     def timeline(self) -> tuple[TimelineRow, ...]:
         rows: list[TimelineRow] = []
+        repeat_of = {x: r for r in self.i.repeats for x in r.event_ids}
         for e in self.i.events:
+            rep = repeat_of.get(e.id)
+            if rep is not None:
+                if e.id != rep.event_ids[0]:
+                    continue
+                evs = [self.events[x] for x in rep.event_ids if x in self.events]
+                rows.append(TimelineRow(
+                    time=self.cell(e.ts, e.ts_source), source=self.where_many(evs), path=e.path, line=e.line,
+                    line_end=e.line_end, host=e.host or "", unit="", lane=self.lane(e), kind=e.kind,
+                    title=self.repeat_title(rep, e), role="context", severity=e.severity, count=1, is_root=False,
+                    is_cause=False, event_ids=rep.event_ids))
+                continue
             prev = rows[-1] if rows else None
             if prev is not None and prev.path == e.path and prev.kind == e.kind and prev.unit == (e.unit or "") \
                     and prev.time.iso == e.ts and prev.line_end + 1 >= e.line and prev.line_end < e.line \
