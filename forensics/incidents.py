@@ -841,6 +841,7 @@ class _Builder:
                                else _Explainer(self.store.cache_dir))
         explainer = self._explainer
         out: list[Incident] = []
+        kind_times = _KindTimes(src.narrow)
         for sk in skels:
             c, ordered, units, t0, t1 = sk.cluster, sk.ordered, sk.units, sk.t0, sk.t1
             here = host_evs.get(c.host, [])
@@ -885,7 +886,7 @@ class _Builder:
             gap_evs = [e for e in here if e.kind == "journal_suppressed" or (e.t is None and e.kind in KERNEL_KINDS)]
             gaps = _gaps(c, gap_evs, members, self.prep, t0, t1, gap_s)
             bound = set(sk.core_ids) | {x for f in ordered for x in f.event_ids} | {e.id for e in configs}
-            repeats = (_repeats(members, bound, c.host, lo, hi, src.narrow)
+            repeats = (_repeats(members, bound, c.host, lo, hi, kind_times)
                        if t0 is not None and t1 is not None else ())
             out.append(Incident(
                 id=sk.id, start=sk.start, end=sk.end, hosts=(c.host,), units=tuple(units), headline=sk.headline,
@@ -896,8 +897,41 @@ class _Builder:
 
 
 
+class _KindTimes:
+    """The times (epoch microseconds, sorted) of a store's events by host and kind, read off the narrow frame in one
+    pass the first time they are asked for: what `_repeats` counts its rates on."""
+
+    def __init__(self, narrow: pl.DataFrame):
+        self.narrow = narrow
+        self.spans: dict[str, tuple[int, int]] | None = None
+        self.parts: dict[tuple[object, ...], pl.DataFrame] = {}
+        self.times: dict[tuple[str, str], list[int]] = {}
+
+    def _read(self) -> dict[str, tuple[int, int]]:
+        if self.spans is None:
+            # the narrow frame is in time order (the untimed last), and partitions keep it
+            timed = self.narrow.select("part", pl.col("kind").fill_null(""), "t_us").filter(
+                pl.col("t_us").is_not_null())
+            self.spans = {p: (a, b) for p, a, b in timed.group_by("part").agg(
+                pl.col("t_us").min().alias("a"), pl.col("t_us").max().alias("b")).iter_rows()}
+            self.parts = timed.partition_by("part", "kind", as_dict=True, maintain_order=True)
+        return self.spans
+
+    def span(self, host: str) -> tuple[int | None, int | None]:
+        """The first and last time of the host's events."""
+        return self._read().get(host, (None, None))
+
+    def of(self, host: str, kind: str) -> list[int]:
+        self._read()
+        got = self.times.get((host, kind))
+        if got is None:
+            part = self.parts.get((host, kind))
+            got = self.times[(host, kind)] = part["t_us"].to_list() if part is not None else []
+        return got
+
+
 def _repeats(members: Sequence[EventView], bound: set[str], host: str, lo: float, hi: float,
-             narrow: pl.DataFrame) -> tuple[Repeat, ...]:
+             times: _KindTimes) -> tuple[Repeat, ...]:
     """The rules with REPEAT_MIN or more *loose* events in an incident (timed, naming no unit, bound by no
     conclusion and not among its significant events: the context of its window), each with the rate of its kind
     on the host in the window [lo, hi] and in the REPEAT_AROUND_S before and after it (as far as the host's
@@ -909,22 +943,18 @@ def _repeats(members: Sequence[EventView], bound: set[str], host: str, lo: float
     rules = sorted(r for r, evs in loose.items() if len(evs) >= REPEAT_MIN)
     if not rules:
         return ()
-    mine = narrow.filter((pl.col("part") == host) & pl.col("t_us").is_not_null())
-    first_us, last_us = mine.select(pl.col("t_us").min().alias("a"), pl.col("t_us").max().alias("b")).row(0)
+    first_us, last_us = times.span(host)
     lo_us, hi_us = int(lo * 1_000_000), int(hi * 1_000_000)
     a_lo = max(lo_us - int(REPEAT_AROUND_S * 1_000_000), first_us if first_us is not None else lo_us)
     a_hi = min(hi_us + int(REPEAT_AROUND_S * 1_000_000), last_us if last_us is not None else hi_us)
     around_s = max(0, lo_us - a_lo) / 1e6 + max(0, a_hi - hi_us) / 1e6
-    kinds = sorted({loose[r][0].kind for r in rules})
-    t = pl.col("t_us")
-    counts = {k: (n_in, n_out) for k, n_in, n_out in mine.filter(pl.col("kind").is_in(kinds)).group_by("kind").agg(
-        t.is_between(lo_us, hi_us).sum().alias("in"),
-        (t.is_between(a_lo, lo_us, closed="left") | t.is_between(hi_us, a_hi, closed="right")).sum().alias("out"),
-    ).iter_rows()}
     out = []
     for r in rules:
         evs = loose[r]
-        n_in, n_out = counts.get(evs[0].kind, (len(evs), 0))
+        ts = times.of(host, evs[0].kind)
+        i0, i1 = bisect_left(ts, a_lo), bisect_left(ts, lo_us)
+        j1, j3 = bisect_right(ts, hi_us), bisect_right(ts, a_hi)
+        n_in, n_out = j1 - i1, (i1 - i0) + (j3 - j1)
         out.append(Repeat(rule=r, kind=evs[0].kind, count=len(evs), first=iso(evs[0].ts), last=iso(evs[-1].ts),
                           event_ids=tuple(e.id for e in evs), in_window=int(n_in), window_seconds=hi - lo,
                           around=int(n_out), around_seconds=around_s))
