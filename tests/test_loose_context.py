@@ -130,3 +130,34 @@ def test_a_burst_of_probe_failures_is_one_row_that_says_it_is_a_burst(tmp_path: 
     # the host's lines end at 15:00, so the hours around are those before the window and the 2 h 54 min after it
     assert f"{rep.ratio:.1f}x as often as in the 5 h 54 min around the window; no conclusion ties them" in row
     assert rep.ratio > 50
+
+
+def test_a_unit_down_twice_is_named_once_in_the_summary_and_its_runs_listed_once(tmp_path: Path) -> None:
+    c = CRASH
+    msgs = [(0, "systemd[1]", "Started sglang.service - SGLang server."),
+            (10, "kernel", "Out of memory: Killed process 41650 (python3) total-vm:500000000kB, anon-rss:440000000kB, "
+                           "file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:900000kB oom_score_adj:0"),
+            (10, "systemd[1]", "sglang.service: A process of this unit has been killed by the OOM killer."),
+            (10, "systemd[1]", "sglang.service: Main process exited, code=killed, status=9/KILL"),
+            (10, "systemd[1]", "sglang.service: Failed with result 'oom-kill'."),
+            (15, "systemd[1]", "Started sglang.service - SGLang server."),
+            (70, "kernel", "Out of memory: Killed process 41700 (python3) total-vm:500000000kB, anon-rss:440000000kB, "
+                           "file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:900000kB oom_score_adj:0"),
+            (70, "systemd[1]", "sglang.service: A process of this unit has been killed by the OOM killer."),
+            (70, "systemd[1]", "sglang.service: Main process exited, code=killed, status=9/KILL"),
+            (70, "systemd[1]", "sglang.service: Failed with result 'oom-kill'."),
+            (80, "systemd[1]", "Started sglang.service - SGLang server.")]
+    p = tmp_path / "journal.log"
+    p.write_text("".join(_line(c + timedelta(seconds=dt), ident, m) + "\n" for dt, ident, m in msgs))
+    store = Store(tmp_path / "store")
+    ingest(store, [str(p)], IngestOptions())
+    (inc,) = build_incidents(store)
+    r = CliRunner().invoke(main, ["--store", str(store.path), "report", "--incident", inc.id])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert ("On 2025-05-26, 1 service failed on `gpu-a07`: `sglang.service` at 12:00:10 UTC and 12:01:10 UTC."
+            in lines), [x for x in lines if x.startswith("On ")]
+    runs = [x for x in lines if x.startswith("- `sglang.service`: started")]
+    assert runs == ["- `sglang.service`: started 12:00:00, down 12:00:10; started 12:00:15, down 12:01:10; "
+                    "started 12:01:20."], runs
+    assert len([x for x in lines if x.startswith("| `sglang.service` |")]) == 2

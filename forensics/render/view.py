@@ -174,6 +174,18 @@ class ImpactRow:
 
 
 @dataclass(frozen=True)
+class UnitFailures:
+    unit: str
+    downs: tuple[str, ...]   # each time it went down, in time order (`20:17:19 UTC`)
+
+    @property
+    def when(self) -> str:
+        """`20:17:19 UTC`, `20:17:19 UTC and 20:29:48 UTC`, `a, b and c`."""
+        d = self.downs
+        return d[0] if len(d) == 1 else f"{', '.join(d[:-1])} and {d[-1]}"
+
+
+@dataclass(frozen=True)
 class ExcerptView:
     path: str
     where: str
@@ -214,6 +226,7 @@ class IncidentView:
     hosts: tuple[str, ...]
     units: tuple[str, ...]
     failed_units: tuple[str, ...]
+    failures: tuple[UnitFailures, ...]   # each failed unit once, with every time it went down
     root: ConclusionView | None
     conclusions: tuple[ConclusionView, ...]
     impact: tuple[ImpactRow, ...]
@@ -436,7 +449,7 @@ class _Builder:
                     bits.append(f"down {self.clock.utc_text(r.down, self.utc_dates)}{up}")
                 if r.started or r.ready:
                     runs.append(", ".join(bits))
-            for o in ui.outages:
+            for n, o in enumerate(ui.outages):   # the unit's runs go with its first outage, listed once
                 secs = o.seconds
                 if o.back is not None:
                     back = self.clock.both(o.back, with_date=self.utc_dates)
@@ -446,7 +459,7 @@ class _Builder:
                     down_for = (f"at least {duration(secs)} (until the logs end)" if secs else
                                 "still down when the logs end")
                 rows.append(ImpactRow(ui.unit, o.host or "", self.clock.both(o.down, with_date=self.utc_dates),
-                                      o.down_title, back, down_for, tuple(runs)))
+                                      o.down_title, back, down_for, tuple(runs) if n == 0 else ()))
         return tuple(rows)
 
     def configs(self) -> tuple[ConfigView, ...]:
@@ -523,11 +536,12 @@ class _Builder:
         timeline = self.timeline()
         impact = self.impact()
         failed = tuple(dict.fromkeys(r.unit for r in impact))
+        failures = tuple(UnitFailures(u, tuple(r.down for r in impact if r.unit == u)) for u in failed)
         conclusions = tuple(self.conclusion(c) for c in i.conclusions)
         root = next((c for c in conclusions if c.is_root), None)
         return IncidentView(
             index=self.index, id=i.id, headline=i.headline, date=date, window=window, hosts=i.hosts, units=i.units,
-            failed_units=failed, root=root, conclusions=conclusions, impact=impact, timeline=timeline,
+            failed_units=failed, failures=failures, root=root, conclusions=conclusions, impact=impact, timeline=timeline,
             timeline_has_inferred=any(r.time.inferred for r in timeline), key_lines=self.key_lines(),
             configs=self.configs(), environment=self.environment(), gaps=tuple(GapView(g.what, g.why, g.commands)
                                                                                for g in i.gaps),
