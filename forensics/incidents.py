@@ -774,7 +774,9 @@ class _Builder:
             lead_unit = root.conclusion.unit or (units[0] if units else None)
             ident = (f"{start:%Y-%m-%d}" if start else "undated") + f"-{_host_slug(c.host)}-" + (
                 _slug(_unit_stem(lead_unit)) if lead_unit else _slug(root.conclusion.kind))
-            others = [f.headline for f in heads[1:3] if f.conclusion.unit != root.conclusion.unit]
+            # the other chains: of another unit, or another cause (an NCCL timeout after a CUDA OOM in one SGLang log)
+            others = [f.headline for f in heads[1:3] if f.conclusion.unit != root.conclusion.unit
+                      or f.conclusion.kind != root.conclusion.kind]
             headline = root.headline + "".join(f"; then {h}" for h in others)
             skels.append(_Skeleton(cluster=c, heads=heads, ordered=ordered, core_ids=core_ids, t0=t0, t1=t1,
                                    units=units, id=ident, start=iso(start), end=iso(end), headline=headline))
