@@ -161,3 +161,21 @@ def test_a_unit_down_twice_is_named_once_in_the_summary_and_its_runs_listed_once
     assert runs == ["- `sglang.service`: started 12:00:00, down 12:00:10; started 12:00:15, down 12:01:10; "
                     "started 12:01:20."], runs
     assert len([x for x in lines if x.startswith("| `sglang.service` |")]) == 2
+
+
+def test_the_headline_names_a_second_cause_of_the_same_server(tmp_path: Path) -> None:
+    from test_incidents import store_from_timeline
+    tl = tmp_path / "two_causes.yaml"
+    tl.write_text(
+        "description: One SGLang log (no unit, no host) crashes on a CUDA OOM, restarts, then on an NCCL timeout.\n"
+        "events:\n"
+        "  - {at: '12:27:07', kind: cuda_oom, path: sglang.log, fields: {gpu: 5, tried_bytes: 6753853440,"
+        " free_bytes: 966367641, total_bytes: 191503351808}}\n"
+        "  - {at: '12:27:07', kind: child_failed, path: sglang.log}\n"
+        "  - {at: '12:28:37', kind: server_ready, path: sglang.log}\n"
+        "  - {at: '12:33:45', kind: nccl_timeout, path: sglang.log, fields: {rank: 5, op: REDUCE_SCATTER,"
+        " timeout_ms: 600000}}\n"
+        "  - {at: '12:33:46', kind: child_failed, path: sglang.log}\n")
+    (inc,) = build_incidents(store_from_timeline(tmp_path, tl))
+    assert inc.headline.startswith("CUDA out of memory") and inc.headline.endswith(
+        "; then NCCL collective timed out on rank 5"), inc.headline
