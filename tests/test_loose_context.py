@@ -113,6 +113,7 @@ def test_background_probe_failures_are_one_row_that_says_so(tmp_path: Path) -> N
     assert len(timeline) == 1, rows
     assert f"and {rep.count - 1} more kubelet.probe\\_failed lines like it until 12:" in timeline[0]
     assert "as often as in the 6 h around the window (the host's background)" in timeline[0]
+    assert not [x for x in r.output.splitlines() if x.startswith("### Readiness probe")]   # not a key line either
     r = CliRunner().invoke(main, ["--store", str(store.path), "report", "--incident", inc.id, "--format", "json"])
     doc = json.loads(r.output)["incidents"][0]
     assert doc["repeats"][0]["count"] == rep.count and doc["repeats"][0]["around_seconds"] == 6 * 3600

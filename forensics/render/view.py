@@ -399,8 +399,9 @@ class _Builder:
 
     def key_lines(self) -> tuple[KeyLine, ...]:
         groups: dict[tuple[str, str], list[Event]] = {}
+        loose = {x for r in self.i.repeats for x in r.event_ids}   # recurring lines nothing ties to the incident
         for e in self.i.events:
-            if e.kind == "server_config" or not e.explain:
+            if e.kind == "server_config" or not e.explain or e.id in loose:
                 continue
             if e.role not in ("cause", "symptom") and e.severity not in KEY_SEVERITIES:
                 continue
