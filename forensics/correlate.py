@@ -46,7 +46,7 @@ import json
 import re
 import string
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -1893,6 +1893,38 @@ def correlate_events(events: pl.DataFrame, correlations: Sequence[Correlation] |
     return [f.conclusion for f in findings(events, correlations, sources, knowledge)]
 
 
+# ----------------------------------------------------------------------------------------------------------
+# which units run SGLang, as the logs show it
+
+
+UNIT_END_KINDS = ("service_exited", "service_killed", "service_core_dumped")
+SGLANG_UNIT_NAME = "*sglang*"
+
+
+def is_sglang_sign(kind: str, rule: str, command: Any) -> bool:
+    """An event that shows its unit runs SGLang: a line of an SGLang rule, or a launch configuration whose command
+    is SGLang's (`ExecStart=... -m sglang.launch_server`, `systemctl status`'s process line)."""
+    return rule.startswith("sglang.") or (kind == "server_config" and "sglang" in str(command or "").lower())
+
+
+def sglang_units(evs: Iterable[EventView]) -> set[tuple[str | None, str]]:
+    """(host, unit) of the units that the events show running SGLang (`is_sglang_sign`)."""
+    return {(e.host, u) for e in evs if (u := e.entities.get("unit"))
+            and is_sglang_sign(e.kind, e.rule, e.fields.get("command") or e.fields.get("argv"))}
+
+
+def with_runs(e: EventView, units: Callable[[], Collection[tuple[str | None, str]]]) -> EventView:
+    """The end of a unit (its main process exited, was killed or dumped core) gets `runs: sglang` when the unit
+    runs SGLang as far as the logs show: its name says so (`*sglang*`, any case), or `units()` holds it. The
+    correlations that tie SGLang lines naming no unit to a unit's end ask for it."""
+    u = e.entities.get("unit")
+    if e.kind not in UNIT_END_KINDS or not u or "runs" in e.fields:
+        return e
+    if fnmatch.fnmatchcase(u.lower(), SGLANG_UNIT_NAME) or (e.host, u) in units():
+        return replace(e, fields={**e.fields, "runs": "sglang"})
+    return e
+
+
 def findings(events: pl.DataFrame, correlations: Sequence[Correlation] | None = None,
              sources: Coverage | Sequence[SourceSpan] | None = None, knowledge: Any = None,
              host_gpus: Mapping[str, tuple[str | None, str]] | None = None) -> list[Finding]:
@@ -1901,6 +1933,8 @@ def findings(events: pl.DataFrame, correlations: Sequence[Correlation] | None = 
     corrs = load_correlations() if correlations is None else correlations
     kn = load_knowledge() if knowledge is None else knowledge
     evs = views(events, enricher(kn), host_gpus)
+    units = sglang_units(evs)
+    evs = [with_runs(e, lambda: units) for e in evs]
     cov = sources if isinstance(sources, Coverage) else Coverage(sources) if sources is not None else None
     return correlate_views(evs, corrs, cov)
 

@@ -48,10 +48,12 @@ from .correlate import (
     evidence_of,
     Filler,
     fmt_when,
+    is_sglang_sign,
     iso,
     kernel_window,
     load_correlations,
     resolve,
+    with_runs,
 )
 from .correlate_store import (
     DUP_SECONDS,  # noqa: F401 - re-exported (incidents.DUP_SECONDS)
@@ -193,8 +195,16 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
         fills.filled(not_kernel).alias("unit"))
     spans_df = spans_df.with_columns(fills.filled(pl.col("unit").is_null() & (pl.col("log") == "service")).alias("unit"))
 
+    known: list[set[tuple[str | None, str]]] = []
+
+    def sglang() -> set[tuple[str | None, str]]:   # read once, the first time a unit's end asks
+        if not known:
+            known.append(_sglang_units(events))
+        return known[0]
+
     def load(e: EventView) -> EventView:
-        return _with_load(store, e) if e.kind == "cuda_oom" and e.t is not None else e
+        e = _with_load(store, e) if e.kind == "cuda_oom" and e.t is not None else e
+        return with_runs(e, sglang)
 
     # the narrow frame is kept in the store's cache, named after the events files and what fills their hosts
     # and units
@@ -217,6 +227,28 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
                     assumptions=tuple(assumptions), sources=sources,
                     host_sources={h: tuple(v) for h, v in host_sources.items()}, single_host=single,
                     host_paths=host_paths, parts=tuple(parts), kept=frozenset(kept) if kept is not None else None)
+
+
+def _sglang_units(events: pl.LazyFrame) -> set[tuple[str | None, str]]:
+    """(host, unit) of the units the store's events show running SGLang (`correlate.is_sglang_sign`): the units of
+    SGLang lines, and of launch configurations whose command is SGLang's."""
+    unit, kind = pl.col("unit"), pl.col("kind")
+    named = unit.is_not_null() & (unit != "")
+    rule = pl.col("rule").fill_null("")
+    lines, configs = pl.collect_all([
+        events.filter(named & rule.str.starts_with("sglang.")).select("host", "unit").unique(),
+        events.filter(named & (kind == "server_config") & ~rule.str.starts_with("sglang."))
+        .select("host", "unit", "kind", "rule", "fields").unique()])
+    out: set[tuple[str | None, str]] = set(lines.iter_rows())
+    for host, u, k, rule, raw in configs.iter_rows():
+        try:
+            fields = json.loads(raw) if raw else {}
+        except ValueError:
+            fields = {}
+        fields = fields if isinstance(fields, dict) else {}
+        if is_sglang_sign(k or "", rule or "", fields.get("command") or fields.get("argv")):
+            out.add((host, u))
+    return out
 
 
 _BATCH = re.compile(r"#running-req: (\d+)")

@@ -30,8 +30,9 @@ def _probe(t: datetime, i: int) -> str:
                  'context deadline exceeded"')
 
 
-def _crash(unit: str, late_unit: str) -> list[tuple[datetime, str]]:
+def _crash(unit: str, late_unit: str, exit_after: float = 1) -> list[tuple[datetime, str]]:
     c = CRASH
+    end = c + timedelta(seconds=exit_after)
     py = "python3[45286]"
     return [
         (c, _line(c, py, "[rank0]:[E0526 12:00:00.852732124 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught "
@@ -39,10 +40,8 @@ def _crash(unit: str, late_unit: str) -> list[tuple[datetime, str]]:
                   "NumelOut=33554432, Timeout(ms)=600000) ran for 600045 milliseconds before timing out.")),
         (c, _line(c, py, "[2025-05-26 12:00:00] Received sigquit from a child process. It usually means the child "
                   "failed.")),
-        (c + timedelta(seconds=1), _line(c + timedelta(seconds=1), "systemd[1]",
-                                         f"{unit}: Main process exited, code=exited, status=1/FAILURE")),
-        (c + timedelta(seconds=1), _line(c + timedelta(seconds=1), "systemd[1]",
-                                         f"{unit}: Failed with result 'exit-code'.")),
+        (end, _line(end, "systemd[1]", f"{unit}: Main process exited, code=exited, status=1/FAILURE")),
+        (end, _line(end, "systemd[1]", f"{unit}: Failed with result 'exit-code'.")),
         (c + timedelta(seconds=20), _line(c + timedelta(seconds=20), "systemd[1]", "Started phpsessionclean.service.")),
         (c + timedelta(seconds=39), _line(c + timedelta(seconds=39), "systemd[1]",
                                           f"{late_unit}: Main process exited, code=exited, status=1/FAILURE")),
@@ -76,7 +75,7 @@ def test_a_unit_exiting_39_s_after_an_sglang_childs_error_is_not_blamed_on_it(tm
     inc = _only(_journal(tmp_path))
     assert inc.root_cause is not None and inc.root_cause.rule == "exit.sglang_child_error_host"
     assert inc.root_cause.unit == "sglang-qwen25-72b.service"
-    assert "nfs-idmapd" not in inc.headline and "whose name says it runs SGLang" in inc.root_cause.statement
+    assert "nfs-idmapd" not in inc.headline and "which the logs show runs SGLang" in inc.root_cause.statement
     assert not [c for c in inc.conclusions if c.unit == "nfs-idmapd.service" and c.kind == "nccl_timeout"]
 
 
@@ -180,3 +179,20 @@ def test_the_headline_names_a_second_cause_of_the_same_server(tmp_path: Path) ->
     (inc,) = build_incidents(store_from_timeline(tmp_path, tl))
     assert inc.headline.startswith("CUDA out of memory") and inc.headline.endswith(
         "; then NCCL collective timed out on rank 5"), inc.headline
+
+
+def test_a_unit_whose_unit_file_runs_sglang_is_tied_as_an_sglang_unit(tmp_path: Path) -> None:
+    """The unit's name does not say SGLang and it ends 50 s after the child (a slow teardown): its unit file's
+    ExecStart= shows it runs SGLang, so the SGLang lines are tied to it (likely), not left unexplained."""
+    lines = sorted(_crash("inference.service", "nfs-idmapd.service", exit_after=50), key=lambda x: x[0])
+    (tmp_path / "journal.log").write_text("".join(text + "\n" for _, text in lines))
+    (tmp_path / "inference.service").write_text(
+        "[Unit]\nDescription=LLM inference\n\n[Service]\n"
+        "ExecStart=/opt/venv/bin/python -m sglang.launch_server --model-path /models/qwen --tp 8 --port 30000\n"
+        "Restart=always\n\n[Install]\nWantedBy=multi-user.target\n")
+    store = Store(tmp_path / "store")
+    ingest(store, [str(tmp_path / "journal.log"), str(tmp_path / "inference.service")], IngestOptions())
+    inc = _only(store)
+    assert inc.root_cause is not None and inc.root_cause.rule == "exit.sglang_child_error_host", inc.root_cause
+    assert inc.root_cause.unit == "inference.service" and inc.root_cause.confidence.value == "likely"
+    assert "nfs-idmapd" not in inc.headline
