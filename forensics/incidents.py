@@ -48,6 +48,7 @@ from .correlate import (
     evidence_of,
     Filler,
     fmt_when,
+    human_seconds,
     is_sglang_sign,
     iso,
     kernel_window,
@@ -902,8 +903,22 @@ class _Builder:
                        and (e.entities.get("unit") in units or (e.entities.get("unit") is None and not units))]
             if not configs:
                 configs = [e for e in server if before_end(e) and e.entities.get("unit") is None]
+            after = None
+            if not configs and t1 is not None:
+                # none before the failure: the first a restart logged within the incident's context, said so
+                later = sorted((e for e in server if e.t is not None and t1 < e.t <= t1 + min(gap_s, 300.0)
+                                and (e.entities.get("unit") in units or e.entities.get("unit") is None)),
+                               key=lambda e: (e.t, e.seq))
+                if later:
+                    after, configs = later[0], later[:1]
             fp = self.envs[c.host]
             cfgs = review_configs(configs, self.kn, fp.hardware)
+            if after is not None:
+                cfgs = [replace(x, note=(
+                    f"No launch configuration was logged before the failure; this one was logged at "
+                    f"{after.ts:%H:%M:%S} UTC, {human_seconds(after.t - t1)} after it, when the server started "
+                    "again: the failed run probably had the same flags (a restart runs the same command line "
+                    "again, unless it was changed in between), but the logs do not show them.")) for x in cfgs]
             chosen = {(x.evidence.path, x.evidence.line) for x in cfgs}
             member_ids |= {e.id for e in configs if (e.path, e.line) in chosen}
             members = sorted((by_id[x] for x in member_ids if x in by_id),

@@ -90,6 +90,7 @@ class ServerConfig:
     flags: tuple[Flag, ...]
     evidence: Evidence
     arithmetic: tuple[str, ...] = ()   # e.g. `0.90 x 96 GB = 86.4 GB reserved per GPU`
+    note: str = ""            # how it relates to the failure when it was not logged before it (a restart's)
 
 
 @dataclass(frozen=True)

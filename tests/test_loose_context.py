@@ -196,3 +196,21 @@ def test_a_unit_whose_unit_file_runs_sglang_is_tied_as_an_sglang_unit(tmp_path: 
     assert inc.root_cause is not None and inc.root_cause.rule == "exit.sglang_child_error_host", inc.root_cause
     assert inc.root_cause.unit == "inference.service" and inc.root_cause.confidence.value == "likely"
     assert "nfs-idmapd" not in inc.headline
+
+
+def test_a_restarts_configuration_stands_in_when_none_was_logged_before_the_failure(tmp_path: Path) -> None:
+    later = CRASH + timedelta(seconds=7)
+    dump = _line(later, "python3[51877]", "[2025-05-26 12:00:07] server_args=ServerArgs(model_path='Qwen/Qwen2.5-72B-"
+                 "Instruct', tp_size=4, mem_fraction_static=0.9, port=30000, host='0.0.0.0', watchdog_timeout=300)")
+    lines = sorted([*_crash("sglang-qwen25-72b.service", "nfs-idmapd.service"), (later, dump)], key=lambda x: x[0])
+    (tmp_path / "journal.log").write_text("".join(text + "\n" for _, text in lines))
+    store = Store(tmp_path / "store")
+    ingest(store, [str(tmp_path / "journal.log")], IngestOptions())
+    inc = _only(store)
+    (cfg,) = inc.configs
+    assert cfg.evidence.line == [t for _, t in lines].index(dump) + 1
+    assert cfg.note.startswith("No launch configuration was logged before the failure; this one was logged at "
+                               "12:00:07 UTC, 6 s after it, when the server started again")
+    r = CliRunner().invoke(main, ["--store", str(store.path), "report", "--incident", inc.id])
+    assert "No launch configuration was logged before the failure; this one was logged at 12:00:07 UTC" in r.output
+    assert "| `--mem-fraction-static` | `0.9` |" in r.output

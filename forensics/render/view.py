@@ -147,6 +147,7 @@ class ConfigView:
     flags: tuple[FlagView, ...]
     arithmetic: tuple[str, ...]
     folded: int = 0              # arguments of a dump left out of the table (no review note)
+    note: str = ""               # when it was logged after the failure (a restart's), what that means
 
 
 @dataclass(frozen=True)
@@ -473,7 +474,7 @@ class _Builder:
             out.append(ConfigView(unit=c.unit or "", host=c.host or "",
                                   where=self.where(c.evidence.path, c.evidence.line, c.evidence.line_end),
                                   command=c.command, flags=tuple(shown), arithmetic=c.arithmetic,
-                                  folded=len(flags) - len(shown)))
+                                  folded=len(flags) - len(shown), note=c.note))
         return tuple(out)
 
     def environment(self) -> tuple[tuple[str, str], ...]:
