@@ -205,6 +205,8 @@ def test_over_the_limit_the_appendix_is_trimmed_with_a_note() -> None:
     assert len(trimmed) <= 65_536
     assert "cited excerpts shown: the report is trimmed to fit 65,536 characters" in trimmed
     assert "--max-chars 0" in trimmed
+    # the command is a code span, not backticks escaped into text
+    assert f"run `forensics report --incident {inc.id} --max-chars 0` (or use `--format html`)" in trimmed
     assert f"line {n - 1} " not in trimmed
     # everything before the appendix is whole
     assert trimmed.split("## Appendix")[0] == full.split("## Appendix")[0]
