@@ -147,8 +147,7 @@ class Where:
         text = _as_text(v)
         if text in self.values:
             return True
-        low = text.lower()
-        return any(fnmatch.fnmatchcase(low, p) for p in self.patterns)
+        return bool(self.patterns) and any(fnmatch.fnmatchcase(text.lower(), p) for p in self.patterns)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cache as once, partial
 from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePath
 from typing import Any
@@ -196,12 +196,7 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
         fills.filled(not_kernel).alias("unit"))
     spans_df = spans_df.with_columns(fills.filled(pl.col("unit").is_null() & (pl.col("log") == "service")).alias("unit"))
 
-    known: list[set[tuple[str | None, str]]] = []
-
-    def sglang() -> set[tuple[str | None, str]]:   # read once, the first time a unit's end asks
-        if not known:
-            known.append(_sglang_units(events))
-        return known[0]
+    sglang = once(partial(_sglang_units, events))   # read once, the first time a unit's end asks
 
     def load(e: EventView) -> EventView:
         e = _with_load(store, e) if e.kind == "cuda_oom" and e.t is not None else e
@@ -903,14 +898,10 @@ class _Builder:
                        and (e.entities.get("unit") in units or (e.entities.get("unit") is None and not units))]
             if not configs:
                 configs = [e for e in server if before_end(e) and e.entities.get("unit") is None]
-            after = None
-            if not configs and t1 is not None:
-                # none before the failure: the first a restart logged within the incident's context, said so
-                later = sorted((e for e in server if e.t is not None and t1 < e.t <= t1 + min(gap_s, 300.0)
-                                and (e.entities.get("unit") in units or e.entities.get("unit") is None)),
-                               key=lambda e: (e.t, e.seq))
-                if later:
-                    after, configs = later[0], later[:1]
+            after = (_restart_config(server, units, t1, t1 + min(gap_s, 300.0))
+                     if not configs and t1 is not None else None)
+            if after is not None:   # none before the failure: the first a restart logged stands in, said so
+                configs = [after]
             fp = self.envs[c.host]
             cfgs = review_configs(configs, self.kn, fp.hardware)
             if after is not None:
@@ -944,6 +935,14 @@ class _Builder:
                 repeats=repeats))
         return out
 
+
+
+def _restart_config(server: Sequence[EventView], units: Sequence[str], t1: float, until: float) -> EventView | None:
+    """The first launch configuration of the incident's units (or naming none) logged after the failure at `t1`
+    and by `until`: a restart's."""
+    later = [e for e in server if e.t is not None and t1 < e.t <= until
+             and (e.entities.get("unit") in units or e.entities.get("unit") is None)]
+    return min(later, key=lambda e: (e.t, e.seq), default=None)
 
 
 class _KindTimes:

@@ -226,7 +226,6 @@ class IncidentView:
     window: str
     hosts: tuple[str, ...]
     units: tuple[str, ...]
-    failed_units: tuple[str, ...]
     failures: tuple[UnitFailures, ...]   # each failed unit once, with every time it went down
     root: ConclusionView | None
     conclusions: tuple[ConclusionView, ...]
@@ -245,6 +244,11 @@ class IncidentView:
     events_total: int
     timeline_omitted: int = 0     # rows left out to fit a size limit
     key_lines_omitted: int = 0
+
+    @property
+    def failed_units(self) -> tuple[str, ...]:
+        """The units that went down, each once (user templates count them)."""
+        return tuple(f.unit for f in self.failures)
 
 
 @dataclass(frozen=True)
@@ -295,6 +299,8 @@ class _Builder:
         self.local_dates = len({clock.local(t).date() for t in times}) > 1
         self.root_event = incident.root_cause.cause_event if incident.root_cause else None
         self.cause_events = {c.cause_event for c in incident.conclusions if c.cause_event}
+        # recurring lines nothing ties to the incident: one timeline row a rule, and no key line
+        self.repeat_of = {x: r for r in incident.repeats for x in r.event_ids}
         self.explained_by: dict[str, Conclusion] = {}
         for c in incident.conclusions:
             for eid in c.explains:
@@ -369,9 +375,8 @@ class _Builder:
 
     def timeline(self) -> tuple[TimelineRow, ...]:
         rows: list[TimelineRow] = []
-        repeat_of = {x: r for r in self.i.repeats for x in r.event_ids}
         for e in self.i.events:
-            rep = repeat_of.get(e.id)
+            rep = self.repeat_of.get(e.id)
             if rep is not None:
                 if e.id != rep.event_ids[0]:
                     continue
@@ -400,9 +405,8 @@ class _Builder:
 
     def key_lines(self) -> tuple[KeyLine, ...]:
         groups: dict[tuple[str, str], list[Event]] = {}
-        loose = {x for r in self.i.repeats for x in r.event_ids}   # recurring lines nothing ties to the incident
         for e in self.i.events:
-            if e.kind == "server_config" or not e.explain or e.id in loose:
+            if e.kind == "server_config" or not e.explain or e.id in self.repeat_of:
                 continue
             if e.role not in ("cause", "symptom") and e.severity not in KEY_SEVERITIES:
                 continue
@@ -537,13 +541,13 @@ class _Builder:
             window = self.clock.both(start or end)
         timeline = self.timeline()
         impact = self.impact()
-        failed = tuple(dict.fromkeys(r.unit for r in impact))
-        failures = tuple(UnitFailures(u, tuple(r.down for r in impact if r.unit == u)) for u in failed)
+        failures = tuple(UnitFailures(u, tuple(r.down for r in impact if r.unit == u))
+                         for u in dict.fromkeys(r.unit for r in impact))
         conclusions = tuple(self.conclusion(c) for c in i.conclusions)
         root = next((c for c in conclusions if c.is_root), None)
         return IncidentView(
             index=self.index, id=i.id, headline=i.headline, date=date, window=window, hosts=i.hosts, units=i.units,
-            failed_units=failed, failures=failures, root=root, conclusions=conclusions, impact=impact, timeline=timeline,
+            failures=failures, root=root, conclusions=conclusions, impact=impact, timeline=timeline,
             timeline_has_inferred=any(r.time.inferred for r in timeline), key_lines=self.key_lines(),
             configs=self.configs(), environment=self.environment(), gaps=tuple(GapView(g.what, g.why, g.commands)
                                                                                for g in i.gaps),
