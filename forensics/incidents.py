@@ -75,11 +75,13 @@ from .environment import Fingerprint, fingerprints
 from .record_tables import compute_tables, host_fills, record_tables, unit_fills
 from .schema import YEAR_MTIME, YEAR_NOW, empty_events
 from .store import scan_files
-from .model import Conclusion, Confidence, Event, Evidence, Gap, Incident, Repeat, SourceInfo, to_jsonable
+from .model import (Background, Conclusion, Confidence, Event, Evidence, Gap, Incident, Repeat, SourceInfo,
+                    to_jsonable)
 
 DEFAULT_GAP_MINUTES = 15.0
 REPEAT_MIN = 5                         # loose lines of one rule in an incident: from this many, one timeline row
 REPEAT_AROUND_S = 3 * 3600.0           # ... whose rate is compared with the kind's in this long before and after
+ROUTINE_MIN = 5                        # a unit's failures in the REPEAT_AROUND_S before an incident: it fails routinely
 UNDATED_LINES = 500                    # untimed significant events this close in one source: one incident
 SGLANG_DEFAULT_PORT = "30000"          # `{port}` of a unit whose launch configuration gives none
 CONTEXT_KINDS = frozenset({"server_config", "server_ready", "server_start", "service_started", "boot"})
@@ -633,6 +635,7 @@ class _Skeleton:
     start: str | None
     end: str | None
     headline: str
+    background: tuple[Background, ...] = ()
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -676,6 +679,7 @@ class _Builder:
         if full:
             profile.env_hits_ahead(store, sorted({s for ids in self.prep.host_sources.values() for s in ids}))
         self.local_matching = LOCAL_MATCHING
+        self.unit_fails = _UnitFails(self.src)
 
     # -- the GPU named by the logs makes architecture statements name it
     def _gpu_desc(self, e: EventView) -> EventView:
@@ -779,7 +783,8 @@ class _Builder:
                 per[hit].append(f)
         skels: list[_Skeleton] = []
         for i, c in enumerate(clusters):
-            fs = per[i] or [_fallback(c)]
+            kept, background = _split_background(c, per[i], self.unit_fails)
+            fs = kept or [_fallback(c)]
             explained = {x for f in fs for x in f.conclusion.explains}
             heads = [f for f in fs if f.conclusion.cause_event is None or f.conclusion.cause_event not in explained]
             heads.sort(key=lambda f: (f.t is None, f.t or 0.0, _conf_rank(f.conclusion.confidence), -f.priority))
@@ -803,11 +808,10 @@ class _Builder:
             ident = (f"{start:%Y-%m-%d}" if start else "undated") + f"-{_host_slug(c.host)}-" + (
                 _slug(_unit_stem(lead_unit)) if lead_unit else _slug(root.conclusion.kind))
             # the other chains: of another unit, or another cause (an NCCL timeout after a CUDA OOM in one SGLang log)
-            others = [f.headline for f in heads[1:3] if f.conclusion.unit != root.conclusion.unit
-                      or f.conclusion.kind != root.conclusion.kind]
-            headline = root.headline + "".join(f"; then {h}" for h in others)
+            headline = root.headline + "".join(f"; then {h}" for h in _then(root, heads[1:]))
             skels.append(_Skeleton(cluster=c, heads=heads, ordered=ordered, core_ids=core_ids, t0=t0, t1=t1,
-                                   units=units, id=ident, start=iso(start), end=iso(end), headline=headline))
+                                   units=units, id=ident, start=iso(start), end=iso(end), headline=headline,
+                                   background=background))
         skels.sort(key=lambda x: (x.start is None, x.start or "", x.id))
         seen: dict[str, int] = {}
         for sk in skels:
@@ -932,9 +936,74 @@ class _Builder:
                 id=sk.id, start=sk.start, end=sk.end, hosts=(c.host,), units=tuple(units), headline=sk.headline,
                 root_cause=conclusions[0], conclusions=conclusions, events=events, symptoms=symptoms, configs=cfgs,
                 environment=fp.as_dict(), gaps=tuple(gaps), sources=_source_infos(self.prep, c.host),
-                repeats=repeats))
+                repeats=repeats, background=sk.background))
         return out
 
+
+
+class _UnitFails:
+    """The times (whole seconds, sorted, each once: a line's copies in other sources count once) of each unit's
+    failures (`service_failed`) by host, read off the narrow frame the first time they are asked for."""
+
+    def __init__(self, src: EventSource):
+        self.src = src
+        self.times: dict[tuple[str, str], list[int]] | None = None
+
+    def of(self, host: str, unit: str) -> list[int]:
+        if self.times is None:
+            df = (self.src.narrow.filter((pl.col("kind") == "service_failed") & pl.col("t_us").is_not_null()
+                                         & pl.col("unit").is_not_null())
+                  .select("part", "unit", (pl.col("t_us") // 1_000_000).alias("s")).unique()
+                  .sort("part", "unit", "s"))
+            self.times = {}
+            for (p, u), part in df.partition_by("part", "unit", as_dict=True, maintain_order=True).items():
+                self.times[(p, u)] = part["s"].to_list()
+        return self.times.get((host, unit), [])
+
+
+def _split_background(c: _Cluster, found: Sequence[Finding], fails: _UnitFails
+                      ) -> tuple[list[Finding], tuple[Background, ...]]:
+    """The findings of a cluster, less those of units failing routinely on its host: a unit none of the cluster's
+    significant events names, whose conclusions here are all inconclusive (nothing ties its failure to the
+    incident; it was drawn in only by failing within the window) and that failed ROUTINE_MIN times or more in the
+    REPEAT_AROUND_S before the cluster began (a `fwupd-refresh.service` failing every 20 minutes all day)."""
+    if not found or c.start is None:
+        return list(found), ()
+    own = set(c.units) | {f.conclusion.unit for f in found
+                          if f.conclusion.unit and f.conclusion.confidence is not Confidence.INCONCLUSIVE}
+    by_unit: dict[str, list[Finding]] = {}
+    for f in found:
+        u = f.conclusion.unit
+        if u and u not in own and f.conclusion.confidence is Confidence.INCONCLUSIVE:
+            by_unit.setdefault(u, []).append(f)
+    out: list[Background] = []
+    left: set[int] = set()
+    start_s = int(c.start)
+    for u in sorted(by_unit):
+        ts = fails.of(c.host, u)
+        before = ts[bisect_left(ts, start_s - int(REPEAT_AROUND_S)):bisect_left(ts, start_s)]
+        if len(before) < ROUTINE_MIN:
+            continue
+        fs = sorted(by_unit[u], key=lambda f: (f.t is None, f.t or 0.0, f.rules[0]))
+        left |= {id(f) for f in fs}
+        out.append(Background(
+            unit=u, headlines=tuple(dict.fromkeys(f.headline for f in fs)),
+            evidence=tuple(dict.fromkeys(ev for f in fs for ev in f.conclusion.evidence_for)),
+            before=len(before), before_seconds=REPEAT_AROUND_S,
+            first_before=iso(datetime.fromtimestamp(before[0], timezone.utc)),
+            last_before=iso(datetime.fromtimestamp(before[-1], timezone.utc))))
+    return [f for f in found if id(f) not in left], tuple(out)
+
+
+def _then(root: Finding, heads: Sequence[Finding], most: int = 2) -> list[str]:
+    """The headlines of the other chains a headline adds after the root's (`; then ...`): of another unit or
+    another cause, the first `most` different ones, each once (`... (twice)` when it recurs)."""
+    counts: dict[str, int] = {}
+    for f in heads:
+        if f.conclusion.unit != root.conclusion.unit or f.conclusion.kind != root.conclusion.kind:
+            counts[f.headline] = counts.get(f.headline, 0) + 1
+    times = {2: " (twice)"}
+    return [h + times.get(n, f" ({n} times)" if n > 2 else "") for h, n in list(counts.items())[:most]]
 
 
 def _restart_config(server: Sequence[EventView], units: Sequence[str], t1: float, until: float) -> EventView | None:

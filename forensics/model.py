@@ -132,6 +132,21 @@ class Repeat:
 
 
 @dataclass(frozen=True)
+class Background:
+    """A unit that failed in an incident's window as it had failed again and again on the host before the incident
+    began: nothing in the logs ties its failure to the incident (its only conclusions are inconclusive), so it is
+    left out of the incident's units, headline, impact and timeline, and named apart with its evidence."""
+
+    unit: str
+    headlines: tuple[str, ...]      # what its conclusions in the window say happened, in time order
+    evidence: tuple[Evidence, ...]  # their lines
+    before: int                     # its failures on the host in the `before_seconds` before the incident began
+    before_seconds: float
+    first_before: str | None        # the first and last of them (ISO 8601 UTC)
+    last_before: str | None
+
+
+@dataclass(frozen=True)
 class SourceInfo:
     path: str
     sha256: str
@@ -162,6 +177,7 @@ class Incident:
     gaps: tuple[Gap, ...]
     sources: tuple[SourceInfo, ...]         # sources that cover the incident's hosts
     repeats: tuple[Repeat, ...] = ()        # recurring lines not tied to the incident (one timeline row each)
+    background: tuple[Background, ...] = ()  # units failing routinely on the host that also failed in the window
 
     def to_json(self) -> dict[str, Any]:
         return to_jsonable(self)

@@ -48,6 +48,10 @@ def cited_evidence(incident: Incident) -> tuple[Evidence, ...]:
         for ev in (*c.evidence_for, *c.evidence_against):
             if ev.line > 0:
                 seen.setdefault((ev.path, ev.line, ev.line_end), ev)
+    for b in incident.background:
+        for ev in b.evidence:
+            if ev.line > 0:
+                seen.setdefault((ev.path, ev.line, ev.line_end), ev)
     for cfg in incident.configs:
         if cfg.evidence.line > 0:
             seen.setdefault((cfg.evidence.path, cfg.evidence.line, cfg.evidence.line_end), cfg.evidence)

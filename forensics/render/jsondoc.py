@@ -71,6 +71,7 @@ def _incident(inc: Incident, iv: IncidentView, clock: Clock) -> dict[str, Any]:
         "gaps": [to_jsonable(g) for g in inc.gaps],
         "sources": [to_jsonable(s) for s in inc.sources],
         "repeats": [to_jsonable(r) for r in inc.repeats],
+        "background": [to_jsonable(b) for b in inc.background],
     }
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from forensics.configreview import is_dump
-from forensics.model import Conclusion, Event, Evidence, Incident, Repeat, line_span
+from forensics.model import Background, Conclusion, Event, Evidence, Incident, Repeat, line_span
 from forensics.render.data import Excerpt, ExcerptLine, ReportData
 from forensics.render.impact import unit_impacts
 from forensics.render.options import ReportOptions
@@ -187,6 +187,21 @@ class UnitFailures:
 
 
 @dataclass(frozen=True)
+class BackgroundView:
+    """A unit failing routinely on the host that also failed in the window (model.Background), in words."""
+
+    unit: str
+    when: str             # `23:30:31 UTC`, or `a and b`
+    what: str             # its conclusions' headlines: `fwupd-refresh.service failed with result 'exit-code'`
+    where: str            # `journal.log:1518658-1518659`
+    before: int           # its failures in `looked` before the incident began
+    looked: str           # `3 h`
+    first: str            # the first and last of them: `20:33:10 UTC`
+    last: str
+    command: str          # how to list them all
+
+
+@dataclass(frozen=True)
 class ExcerptView:
     path: str
     where: str
@@ -244,6 +259,7 @@ class IncidentView:
     events_total: int
     timeline_omitted: int = 0     # rows left out to fit a size limit
     key_lines_omitted: int = 0
+    background: tuple[BackgroundView, ...] = ()   # units failing routinely, not counted in the incident
 
     @property
     def failed_units(self) -> tuple[str, ...]:
@@ -372,6 +388,29 @@ class _Builder:
         else:
             rate = f"less often than in the {around} around the window, none tied to the incident"
         return f"{first.title}, and {r.count - 1} more {r.rule} lines like it{until}: {rate}"
+
+    def background(self, b: Background) -> BackgroundView:
+        evs = sorted(b.evidence, key=lambda ev: (ev.ts or "", ev.path, ev.line))
+        times = list(dict.fromkeys(f"{self.clock.utc_text(parse_ts(ev.ts), self.utc_dates)} UTC"
+                                   for ev in evs if ev.ts))
+        when = times[0] if len(times) == 1 else f"{', '.join(times[:-1])} and {times[-1]}" if times else "—"
+        by_path: dict[str, list[tuple[int, int]]] = {}
+        for ev in evs:
+            if ev.line > 0:
+                by_path.setdefault(ev.path, []).append((ev.line, max(ev.line, ev.line_end)))
+        where = "; ".join(f"{self.short.get(p, p)}:{', '.join(line_span(a, c) for a, c in _merged(spans))}"
+                          for p, spans in by_path.items())
+        first, last = parse_ts(b.first_before), parse_ts(b.last_before)
+        dates = first is not None and last is not None and first.date() != last.date()
+        host = self.i.hosts[0] if self.i.hosts else ""
+        since = f"{first:%Y-%m-%dT%H:%M:%SZ}" if first is not None else ""
+        until = self.i.end[:19] + "Z" if self.i.end else ""
+        command = (f"forensics events --host {host} --unit {b.unit} --kind service_failed"
+                   + (f" --since {since}" if since else "") + (f" --until {until}" if until else ""))
+        return BackgroundView(unit=b.unit, when=when, what="; ".join(b.headlines), where=where, before=b.before,
+                              looked=duration(b.before_seconds),
+                              first=f"{self.clock.utc_text(first, dates or self.utc_dates)} UTC",
+                              last=f"{self.clock.utc_text(last, dates or self.utc_dates)} UTC", command=command)
 
     def timeline(self) -> tuple[TimelineRow, ...]:
         rows: list[TimelineRow] = []
@@ -552,7 +591,19 @@ class _Builder:
             configs=self.configs(), environment=self.environment(), gaps=tuple(GapView(g.what, g.why, g.commands)
                                                                                for g in i.gaps),
             actions=self.actions(), excerpts=self.excerpt_views(), excerpts_total=len(self.excerpts),
-            sources=self.sources(), time_notes=self.time_notes(), events_total=len(i.events))
+            sources=self.sources(), time_notes=self.time_notes(), events_total=len(i.events),
+            background=tuple(self.background(b) for b in i.background))
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Line spans, sorted, with touching or overlapping ones joined."""
+    out: list[list[int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
 
 
 def _gutter(line: ExcerptLine, width: int) -> str:
