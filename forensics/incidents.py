@@ -1118,7 +1118,7 @@ def select_incidents(incidents: Sequence[Incident], spec: str) -> list[Incident]
         day = [i for i in incidents if (i.start or i.id)[:10] == spec]
         if day:
             return day
-        raise IncidentNotFound(f"no incident starts on {spec}; {_existing(incidents)}")
+        raise IncidentNotFound(f"no incident starts on {spec}; {_existing(incidents)}{_other_year(incidents, spec)}")
     pref = [i for i in incidents if i.id.startswith(spec)]
     if len(pref) == 1:
         return pref
@@ -1138,6 +1138,21 @@ def check_date(spec: str) -> None:
     except ValueError:
         raise IncidentNotFound(f"'{spec}' is not a date of the calendar: give an incident's day as YYYY-MM-DD "
                                "(e.g. 2025-05-25), or its id") from None
+
+
+def _other_year(incidents: Sequence[Any], day: str) -> str:
+    """A hint when incidents start on the same day of another year and their year was not in the log (a year-less
+    stamp such as `May 25 20:17:19` takes its year from an anchor: another source, or the file's modification
+    time, which a copy resets)."""
+    hits = [i for i in incidents if (i.start or "")[4:10] == day[4:10] and (i.start or "")[:4] != day[:4]]
+    evs = lambda i: i.cluster.events if isinstance(i, _Skeleton) else i.events  # noqa: E731
+    inferred = sorted({i.start[:10] for i in hits if any(e.ts_source == "year_inferred" for e in evs(i))})
+    if not inferred:
+        return ""
+    return (f". {' and '.join(inferred)} {'is' if len(inferred) == 1 else 'are'} the same day of another year, and "
+            "the logs printed no year: it was inferred (from another source of the host, or the file's modification "
+            "time, which a copy resets; `forensics sources` says which). If the logs are of "
+            f"{day[:4]}, read them again with `forensics ingest --year {day[:4]} --force PATH...`")
 
 
 def _existing(incidents: Sequence[Incident]) -> str:

@@ -74,3 +74,44 @@ def test_a_date_off_the_calendar_is_named_as_such(tmp_path: Path, spec: str, mon
             ask()
     assert built == []                         # refused before the store is read
     assert select_incidents(every, "2025-05-25")  # a real day still selects
+
+
+SEED_TAIL = """failed
+May 25 20:17:19 dflash-train systemd[1]: sglang-k26-eagle3.service: Main process exited, code=killed, status=9/KILL
+May 25 20:17:19 dflash-train systemd[1]: sglang-k26-eagle3.service: Failed to kill control group /system.slice/sglang-k26-eagle3.service, ignoring: Invalid argument
+"""
+
+
+def test_a_day_of_another_year_says_the_year_was_inferred_and_how_to_give_it(tmp_path: Path) -> None:
+    # the seed's `systemctl is-active; journalctl -n 5` output saved on 2026-12-06: the year comes from that
+    import os
+    from datetime import datetime, timezone
+
+    from click.testing import CliRunner
+
+    from forensics.cli import main
+    p = tmp_path / "out.txt"
+    p.write_text(SEED_TAIL)
+    saved = datetime(2026, 12, 6, 7, 46, tzinfo=timezone.utc).timestamp()
+    os.utime(p, (saved, saved))
+    store = str(tmp_path / "s")
+    assert CliRunner().invoke(main, ["--store", store, "ingest", "-q", str(p)]).exit_code == 0
+    r = CliRunner().invoke(main, ["--store", store, "report", "--incident", "2025-05-25"])
+    assert r.exit_code == 1
+    assert ("no incident starts on 2025-05-25; the store has: 2026-05-25-dflash-train-sglang-k26-eagle3 "
+            "(2026-05-25 20:17)") in r.output
+    assert ("2026-05-25 is the same day of another year, and the logs printed no year: it was inferred" in r.output
+            and "If the logs are of 2025, read them again with `forensics ingest --year 2025 --force PATH...`"
+            in r.output)
+    # what it says works
+    assert CliRunner().invoke(main, ["--store", store, "ingest", "-q", "--year", "2025", "--force", str(p)]
+                              ).exit_code == 0
+    assert CliRunner().invoke(main, ["--store", store, "report", "--incident", "2025-05-25"]).exit_code == 0
+    # a year printed in the log: no such hint
+    q = tmp_path / "iso.txt"
+    q.write_text("2026-05-25T20:17:19+00:00 dflash-train systemd[1]: sglang-k26-eagle3.service: Main process "
+                 "exited, code=killed, status=9/KILL\n")
+    store2 = str(tmp_path / "s2")
+    assert CliRunner().invoke(main, ["--store", store2, "ingest", "-q", str(q)]).exit_code == 0
+    r = CliRunner().invoke(main, ["--store", store2, "report", "--incident", "2025-05-25"])
+    assert r.exit_code == 1 and "no incident starts on 2025-05-25" in r.output and "another year" not in r.output
