@@ -33,7 +33,7 @@ from typing import Any
 import polars as pl
 
 from . import profile
-from .configreview import Knowledge, enricher, load_knowledge, review_configs
+from .configreview import Knowledge, enricher, flags_of, load_knowledge, review_configs
 from .cutlines import read_note as read_cut_note
 from .correlate import (
     KERNEL_KINDS,
@@ -81,6 +81,7 @@ from .model import (Background, Conclusion, Confidence, Event, Evidence, Gap, In
 DEFAULT_GAP_MINUTES = 15.0
 REPEAT_MIN = 5                         # loose lines of one rule in an incident: from this many, one timeline row
 REPEAT_AROUND_S = 3 * 3600.0           # ... whose rate is compared with the kind's in this long before and after
+OWNER_S = 120.0                        # a launch configuration naming no unit is a unit's when logged this soon after its start
 ROUTINE_MIN = 5                        # a unit's failures in the REPEAT_AROUND_S before an incident: it fails routinely
 UNDATED_LINES = 500                    # untimed significant events this close in one source: one incident
 SGLANG_DEFAULT_PORT = "30000"          # `{port}` of a unit whose launch configuration gives none
@@ -834,6 +835,35 @@ class _Builder:
                        if c.start is not None and c.end is not None):
                 return found, clusters
 
+    def _config_owners(self, configs: Sequence[EventView]
+                       ) -> tuple[dict[str, EventView], dict[tuple[str, int], str]]:
+        """The launch configurations that name no unit (an SGLang `server_args` dump in a `python3[pid]` line) but
+        that a unit's start owns (`config_owner`), as views with that unit; and the note each then carries."""
+        loose = [e for e in configs if e.unit is None and e.t is not None and e.host]
+        if not loose:
+            return {}, {}
+        starts = self.src.load_windows([(e.t - OWNER_S, e.t, (pl.col("kind") == "service_started")
+                                         & (pl.col("host") == e.host)) for e in loose])
+        by_host: dict[str, list[EventView]] = {}
+        for s in sorted(starts, key=lambda x: (x.t or 0.0, x.seq)):
+            if s.t is not None and s.unit and s.host:
+                by_host.setdefault(s.host, []).append(s)
+        owned: dict[str, EventView] = {}
+        notes: dict[tuple[str, int], str] = {}
+        for e in loose:
+            found = config_owner(e, by_host.get(e.host or "", []))
+            if found is None:
+                continue
+            start, by_model = found
+            owned[e.id] = replace(e, unit=start.unit, entities={**e.entities, "unit": start.unit})
+            why = ("its start line names the configuration's model" if by_model else
+                   "no other unit naming the server or this model started in that time")
+            notes[(e.path, e.line)] = (
+                f"The configuration names no unit; it is taken as `{start.unit}`'s: logged "
+                f"{human_seconds(e.t - start.t)} after systemd started that unit (`{PurePath(start.path).name}:"
+                f"{start.line}`: {start.title}), and {why}.")
+        return owned, notes
+
     def _load_starts(self, pairs: list[tuple[_Cluster, _Cluster]]) -> list[EventView]:
         start = pl.col("kind").is_in(list(STARTS))
         return self.src.load_windows([(a.end, a.end + self.gap_s, start & (pl.col("host") == a.host)
@@ -876,6 +906,8 @@ class _Builder:
         explainer = self._explainer
         out: list[Incident] = []
         kind_times = _KindTimes(src.narrow)
+        owned, owner_notes = self._config_owners([e for h in {sk.cluster.host for sk in skels}
+                                                  for e in host_evs.get(h, []) if e.kind == "server_config"])
         for sk in skels:
             c, ordered, units, t0, t1 = sk.cluster, sk.ordered, sk.units, sk.t0, sk.t1
             here = host_evs.get(c.host, [])
@@ -897,19 +929,22 @@ class _Builder:
             def before_end(e: EventView) -> bool:
                 return e.t is None or t1 is None or e.t <= t1
 
-            server = [e for e in here if e.kind == "server_config"]
-            configs = [e for e in server if before_end(e)
-                       and (e.entities.get("unit") in units or (e.entities.get("unit") is None and not units))]
+            server = [owned.get(e.id, e) for e in here if e.kind == "server_config"]
+            configs = [e for e in server if before_end(e) and (e.unit in units or (e.unit is None and not units))]
             if not configs:
-                configs = [e for e in server if before_end(e) and e.entities.get("unit") is None]
+                configs = [e for e in server if before_end(e) and e.unit is None]
+            if not configs and not any(u.endswith(".service") for u in units):   # a session's: the host's servers
+                configs = [e for e in server if before_end(e)]
             after = (_restart_config(server, units, t1, t1 + min(gap_s, 300.0))
                      if not configs and t1 is not None else None)
             if after is not None:   # none before the failure: the first a restart logged stands in, said so
                 configs = [after]
             fp = self.envs[c.host]
             cfgs = review_configs(configs, self.kn, fp.hardware)
+            if owner_notes:
+                cfgs = [replace(x, note=owner_notes.get((x.evidence.path, x.evidence.line), "")) for x in cfgs]
             if after is not None:
-                cfgs = [replace(x, note=(
+                cfgs = [replace(x, note=x.note + (" " if x.note else "") + (
                     f"No launch configuration was logged before the failure; this one was logged at "
                     f"{after.ts:%H:%M:%S} UTC, {human_seconds(after.t - t1)} after it, when the server started "
                     "again: the failed run probably had the same flags (a restart runs the same command line "
@@ -1004,6 +1039,38 @@ def _then(root: Finding, heads: Sequence[Finding], most: int = 2) -> list[str]:
             counts[f.headline] = counts.get(f.headline, 0) + 1
     times = {2: " (twice)"}
     return [h + times.get(n, f" ({n} times)" if n > 2 else "") for h, n in list(counts.items())[:most]]
+
+
+def _model_words(e: EventView) -> list[str]:
+    """What a launch configuration's model is called (lower case): its path or name, and its last component."""
+    flags = flags_of(e.fields, e.message)
+    model = flags.get("--model-path") or flags.get("--model") or ""
+    model = model.strip().strip("'\"").rstrip("/").lower()
+    return [w for w in dict.fromkeys((model, model.rsplit("/", 1)[-1])) if len(w) >= 3]
+
+
+def config_owner(config: EventView, starts: Sequence[EventView]) -> tuple[EventView, bool] | None:
+    """The start (`service_started`) of the unit whose process logged `config`, a launch configuration that names
+    no unit: among the starts of the host in the OWNER_S before it, those whose unit or description (`Started
+    SGLang server (Qwen/Qwen2.5-72B-Instruct)`) names the config's model, or else the server (`sglang`, `vllm`);
+    the latest of them when they are all of one unit, and whether the model decided. None when no start qualifies
+    or two units do."""
+    if config.t is None:
+        return None
+    engine = "vllm" if "vllm" in config.message.lower() or "namespace(" in config.message.lower() else "sglang"
+    words = _model_words(config)
+    best: tuple[int, list[EventView]] = (0, [])
+    for s in starts:
+        if s.t is None or not s.unit or not (config.t - OWNER_S <= s.t <= config.t):
+            continue
+        text = f"{s.unit} {s.title}".lower()
+        tier = 2 if any(w in text for w in words) else 1 if engine in text else 0
+        if tier and tier > best[0]:
+            best = (tier, [s])
+        elif tier and tier == best[0]:
+            best[1].append(s)
+    units = {s.unit for s in best[1]}
+    return (max(best[1], key=lambda s: (s.t or 0.0, s.seq)), best[0] == 2) if len(units) == 1 else None
 
 
 def _restart_config(server: Sequence[EventView], units: Sequence[str], t1: float, until: float) -> EventView | None:
