@@ -148,6 +148,19 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
                                            "store.", commands=())))
     else:
         pseudo = {p: f"unknown host ({PurePath(p).name})" for p in hostless}
+        # a file that names several hosts and none on some records (a dmesg of several machines, a boot of which
+        # names none): those records are kept apart as the file's unknown host
+        names: dict[str, set[str | None]] = {}
+        for p, h in zip(rec["path"].to_list(), rec["host"].to_list()):
+            names.setdefault(p, set()).add(h)
+        mixed = sorted(p for p, hs in names.items() if None in hs and len(hs - {None}) > 1)
+        pseudo.update({p: f"unknown host ({PurePath(p).name})" for p in mixed})
+        for p in mixed:
+            assumptions.append((p, Gap(what=f"Which host the records of {p} that name none came from",
+                                       why=(f"{p} names {len(names[p]) - 1} hosts "
+                                            f"({', '.join(sorted(h for h in names[p] if h))}) and none on these, so "
+                                            "they are kept apart and cannot be joined with another host's."),
+                                       commands=())))
         # a file that names one host, and none on some records (a `systemctl status` paste's untimed lines, a
         # dmesg's boots left unanchored): those records are that host's
         own = fills_h.files
@@ -602,12 +615,14 @@ def _gaps(c: _Cluster, evs: Sequence[EventView], members: Sequence[EventView], p
 
 
 def _source_infos(prep: Prepared, host: str) -> tuple[SourceInfo, ...]:
+    """The sources that hold records of `host`, each with that host (a file of several hosts, such as dmesg
+    output of several machines put together, is listed with the incident's)."""
     sids = set(prep.host_sources.get(host, ()))
     out = []
     for s in prep.sources:
         if s.source_id in sids:
             out.append(SourceInfo(path=s.path, sha256=s.sha256, format=s.format, confidence=s.confidence,
-                                  host=s.host or host, records=s.records, unparsed=s.unparsed, first_ts=s.first_ts,
+                                  host=host, records=s.records, unparsed=s.unparsed, first_ts=s.first_ts,
                                   last_ts=s.last_ts, time_anchor=s.time_anchor))
     return tuple(sorted(out, key=lambda x: x.path))
 

@@ -33,6 +33,7 @@ from .cutlines import cut as cut_lines, cut_lengths, merge as merge_cut, note as
 from .podprefix import Pods, strip_series as pod_lines
 from .vllmprefix import Repeats
 from .anchor import BootAnchor, apply_anchor, boot_time_anchor, find_anchors
+from .boothosts import BootHosts
 from .detect import Detection, detect
 from .formats import FORMATS, StructuredFormat
 from .normalise import normalise_batch, open_block
@@ -682,11 +683,15 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
     behind = ThreadPoolExecutor(1, thread_name_prefix="sink")  # matching and staging overlap the next batch's parse
     pending: list[Future] = []
 
+    boots = BootHosts.of(det.formats)   # the host a raw dmesg names at each boot
+
     def prepare(recs: pl.DataFrame) -> pl.DataFrame:
         recs = normalise_batch(recs)
         if opts.host:
             recs = recs.with_columns(pl.coalesce(pl.col("host"), pl.lit(opts.host)).alias("host"))
-        return clock.observe(recs)
+        recs = clock.observe(recs)
+        boots.observe(recs)
+        return recs
 
     def emit(recs: pl.DataFrame) -> None:
         while pending:  # one batch in the sink at a time: memory stays bounded, parts stay in order
@@ -747,6 +752,9 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
     with LANDING:  # the end phase: the last candidates matched, the parts fixed into the records file, the events
         parts, events, unparsed = sink.close()
         fix = [*exprs, pl.lit(sid).alias("source_id"), pl.col("boot_id").str.replace(tmp_id, sid, literal=True)]
+        named_host = boots.host_expr()
+        if named_host is not None:
+            fix.append(named_host)
         anchor = None
         if opts.boot_time is not None and clock.kinds.get(TimeSource.MONOTONIC_ONLY.value):
             anchor = boot_time_anchor([f"dmesg:{sid}#{clock.boot_n}"], opts.boot_time, opts.host)
@@ -763,12 +771,16 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
             events_file = staging / "events.parquet"
             if events:  # the fix's expressions of the times events have (a boot anchor: the records file's)
                 times = None if anchor else [e for e in exprs if e.meta.output_name() in ("ts", "ts_source")]
-                sink_parquet(_final_events(events, records_file, sid, times), events_file, EVENT_SCHEMA)
+                final = _final_events(events, records_file, sid, times)
+                sink_parquet(final if named_host is None else final.with_columns(named_host), events_file,
+                             EVENT_SCHEMA)
             else:
                 write_parquet(empty_events(), events_file, EVENT_SCHEMA)
             n_events = pl.scan_parquet(events_file).select(pl.len()).collect().item()
             entry = replace(_entry(src, det, sid, sha, fp, stats, records_file, n_events, how, bool(clock.rev),
-                                   unparsed, clock.host_counts), year_from=clock.year_from)
+                                   unparsed, clock.host_counts + boots.counts()), year_from=clock.year_from)
+            if boots.note():
+                entry = replace(entry, notes=[*entry.notes, boots.note()])
             if anchor:  # the last boot anchored by --boot-time: said as an anchor found later says it
                 entry = replace(entry, time_anchor=_anchored(anchor, entry.ts_sources, " (the file's last boot)"))
         if lost:
