@@ -163,7 +163,10 @@ def run(args: argparse.Namespace, work: Path) -> int:
     if matching is not None:
         print(f"\nmatching adds {matching:.0%} to the ingest time and {matching_cpu:.0%} to its CPU time (full ingest "
               f"vs --no-rules, medians; run by run: {', '.join(f'{p:+.0%}' for p in pairs)})")
-    print(f"\nplanted incidents found: {found['found']}/{found['total']}")
+    print(f"\nplanted incidents found: {found['found']}/{found['total']}; their host named as planted: "
+          f"{found['host_right']} (the others' files name none), named wrong: {len(found['wrong_host'])}")
+    for wrong in found["wrong_host"]:
+        print(f"  wrong host: {wrong}")
     for miss in found["missed"]:
         print(f"  missed: {miss}")
     return 0
@@ -199,15 +202,22 @@ def check_truth(store_dir: Path, data: Path) -> dict:
     from forensics.store import Store
 
     truth = json.loads((data / "truth.json").read_text())
-    ev = Store(store_dir).events().select("kind", "path", "line", "line_end").collect()
-    missed = []
+    ev = Store(store_dir).events().select("kind", "path", "line", "line_end", "host").collect()
+    missed, wrong_host, right_host = [], [], 0
     for inc in truth["incidents"]:
         kinds = KIND_EVENTS[inc["kind"]]
         hit = ev.filter(pl.col("kind").is_in(list(kinds)), pl.col("path").str.ends_with("/" + inc["file"]),
                         pl.col("line") <= inc["line_end"], pl.col("line_end") >= inc["line_start"])
         if hit.height == 0:
             missed.append(f"{inc['id']} {inc['kind']} {inc['file']}:{inc['line_start']}-{inc['line_end']}")
-    return {"total": len(truth["incidents"]), "found": len(truth["incidents"]) - len(missed), "missed": missed}
+        # a host the file names (a journal's on each line, a dmesg's at boot) must be the planted one; a file that
+        # names none (an SGLang log) gives none
+        hosts = set(hit["host"].drop_nulls().to_list())
+        if hosts and inc.get("host") and hosts != {inc["host"]}:
+            wrong_host.append(f"{inc['id']} {inc['file']}:{inc['line_start']}: {sorted(hosts)} for {inc['host']}")
+        right_host += hosts == {inc.get("host")}
+    return {"total": len(truth["incidents"]), "found": len(truth["incidents"]) - len(missed), "missed": missed,
+            "host_right": right_host, "wrong_host": wrong_host}
 
 
 if __name__ == "__main__":
