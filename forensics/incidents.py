@@ -76,7 +76,7 @@ from .record_tables import compute_tables, host_fills, record_tables, unit_fills
 from .schema import YEAR_MTIME, YEAR_NOW, empty_events
 from .store import scan_files
 from .model import (Background, Conclusion, Confidence, Event, Evidence, Gap, Incident, Repeat, SourceInfo,
-                    to_jsonable)
+                    is_request_traceback, to_jsonable)
 
 DEFAULT_GAP_MINUTES = 15.0
 REPEAT_MIN = 5                         # loose lines of one rule in an incident: from this many, one timeline row
@@ -148,12 +148,13 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
                                            "store.", commands=())))
     else:
         pseudo = {p: f"unknown host ({PurePath(p).name})" for p in hostless}
-        # a file that names several hosts and none on some records (a dmesg of several machines, a boot of which
+        # a dmesg that names several hosts (machines' output put together) and none on some records (a boot that
         # names none): those records are kept apart as the file's unknown host
         names: dict[str, set[str | None]] = {}
         for p, h in zip(rec["path"].to_list(), rec["host"].to_list()):
             names.setdefault(p, set()).add(h)
-        mixed = sorted(p for p, hs in names.items() if None in hs and len(hs - {None}) > 1)
+        dmesgs = set(kept_tables.spans.filter(pl.col("format").fill_null("").str.starts_with("dmesg"))["path"].to_list())
+        mixed = sorted(p for p, hs in names.items() if None in hs and len(hs - {None}) > 1 and p in dmesgs)
         pseudo.update({p: f"unknown host ({PurePath(p).name})" for p in mixed})
         for p in mixed:
             assumptions.append((p, Gap(what=f"Which host the records of {p} that name none came from",
@@ -973,7 +974,8 @@ class _Builder:
                 for eid, r in f.roles:
                     roles.setdefault(eid, r)
             ports = {x.unit: f.value for x in cfgs for f in x.flags if f.name == "--port"}
-            events = tuple(explainer.event(e, roles.get(e.id, e.role), ports) for e in members)
+            events = tuple(explainer.event(e, roles.get(e.id, "context" if is_request_traceback(e.rule, e.fields) else e.role), ports)
+                           for e in members)
             conclusions = tuple(_with_copies(f.conclusion, src.copies, by_loc) for f in ordered)
             symptoms = tuple(sorted(dict.fromkeys(x for f in ordered for x in f.conclusion.explains),
                                     key=lambda x: (by_id[x].t or 0.0, by_id[x].seq) if x in by_id else (0.0, 0)))

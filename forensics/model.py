@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from enum import Enum
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -56,6 +57,13 @@ class Event:
     line: int
     line_end: int
     format: str
+
+
+def is_request_traceback(rule: str, fields: Mapping[str, Any]) -> bool:
+    """One HTTP request's traceback: uvicorn's `Exception in ASGI application`, by its rule or, in a journal where
+    that line is an entry of its own, by the traceback's origin. The server answered that request with an error
+    and kept running: context, unless a conclusion binds it."""
+    return rule == "python.asgi_traceback" or "Exception in ASGI application" in str(fields.get("origin") or "")
 
 
 @dataclass(frozen=True)

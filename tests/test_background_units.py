@@ -141,3 +141,28 @@ def test_the_headline_names_a_recurring_chain_once(tmp_path: Path) -> None:
     ingest(store, [str(p)], IngestOptions())
     assert _only(store).headline == ("kernel OOM killer killed pid 41650 (python3) on gpu-a07; then sglang.service "
                                      "killed by the OOM killer (systemd records it) (twice)")
+
+
+def test_a_request_traceback_nothing_binds_is_context_and_no_key_line(tmp_path: Path) -> None:
+    # uvicorn's line is a journal entry of its own, so the traceback's rule is python.traceback and its origin tells
+    t = CRASH - timedelta(minutes=13)
+    ident = "sglang-qwen3[32402]"
+    tb = ["[2025-05-26 11:47:00] ERROR:    Exception in ASGI application", "Traceback (most recent call last):",
+          '  File "/usr/lib/python3.10/json/decoder.py", line 355, in raw_decode',
+          '    raise JSONDecodeError("Expecting value", s, err.value) from None',
+          "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)"]
+    lines = [_line(t, ident, x) for x in tb]
+    lines += [_line(CRASH + timedelta(seconds=dt), i, m) for dt, (i, m) in
+              [(0, x) for x in _oom(32402, "sglang-qwen3.service")]]
+    p = tmp_path / "journal.log"
+    p.write_text("".join(x + "\n" for x in lines))
+    store = Store(tmp_path / "store")
+    ingest(store, [str(p)], IngestOptions())
+    inc = _only(store)
+    (tb_ev,) = [e for e in inc.events if e.kind == "python_traceback"]
+    assert tb_ev.rule == "python.traceback" and tb_ev.role == "context"
+    md = CliRunner().invoke(main, ["--store", str(store.path), "report", "--incident", inc.id]).output
+    row = next(x for x in md.splitlines() if "JSONDecodeError" in x and x.startswith("| "))
+    assert row.endswith("| context |")
+    key = md.split("## What the key lines reveal", 1)[1].split("\n## ", 1)[0]
+    assert "JSONDecodeError" not in key and "OOM killer" in key

@@ -7,7 +7,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from forensics.configreview import is_dump
-from forensics.model import Background, Conclusion, Event, Evidence, Incident, Repeat, line_span
+from forensics.model import (Background, Conclusion, Event, Evidence, Incident, Repeat, is_request_traceback,
+                             line_span)
 from forensics.render.data import Excerpt, ExcerptLine, ReportData
 from forensics.render.impact import unit_impacts
 from forensics.render.options import ReportOptions
@@ -447,8 +448,9 @@ class _Builder:
         for e in self.i.events:
             if e.kind == "server_config" or not e.explain or e.id in self.repeat_of:
                 continue
-            if e.role not in ("cause", "symptom") and e.severity not in KEY_SEVERITIES:
-                continue
+            if e.role not in ("cause", "symptom") and (e.severity not in KEY_SEVERITIES
+                                                      or is_request_traceback(e.rule, e.fields)):
+                continue   # one HTTP request's error, which nothing ties to the incident, is no key line either
             groups.setdefault((e.rule, e.unit or ""), []).append(e)
         out = []
         for evs in groups.values():
