@@ -33,6 +33,19 @@ class BootAnchor:
     how: str                   # in words, for the report
 
 
+def short_host(h: pl.Expr) -> pl.Expr:
+    """A host name's first label, lower case: what a boot's `Hostname set to <...>` and a journal's host share
+    when one prints the short name and the other the full one."""
+    return h.str.to_lowercase().str.split(".").list.first()
+
+
+def same_host(a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    """The same host, the names equal or one the other's short form (`gpu-a07`, `gpu-a07.example.net`)."""
+    a, b = a.cast(pl.String), b.cast(pl.String)   # a column of no host at all has no type of its own
+    return (a == b) | ((short_host(a) == short_host(b)) & (~a.str.contains(".", literal=True)
+                                                          | ~b.str.contains(".", literal=True)))
+
+
 def pair_offsets(kernel_mono: pl.DataFrame, walled: pl.DataFrame, tolerance_s: float = 2.0) -> pl.DataFrame:
     """Per boot: the offset on which most paired message texts agree.
 
@@ -40,13 +53,14 @@ def pair_offsets(kernel_mono: pl.DataFrame, walled: pl.DataFrame, tolerance_s: f
     `walled`: rows (ts, message, host) of kernel records with a wall time (journal `kernel:` lines, dmesg -T).
     A text that occurs more than once in either frame is ambiguous and not used. Boot banners are the same
     on every host, so a pairing counts only the pairs that agree (within `tolerance_s`) on one offset. A
-    record whose host is known (`ingest --host`) pairs only with that host's: another host's clock is not its."""
+    record whose host is known (`ingest --host`, or the name its boot gave: `Hostname set to <gpu-a07>.`) pairs
+    only with that host's (`same_host`: `gpu-a07` is `gpu-a07.example.net`): another host's clock is not its."""
     k = kernel_mono.filter(pl.col("message").is_unique().over("boot_id"), pl.col("message").str.len_chars() >= 16)
     w = walled.filter(pl.col("message").is_unique().over("host"))
     joined = k.join(w.select("message", pl.col("ts").alias("_wts"), pl.col("host").alias("_whost")),
                     on="message", how="inner")
     if "host" in joined.columns:
-        joined = joined.filter(pl.col("host").is_null() | (pl.col("host") == pl.col("_whost")))
+        joined = joined.filter(pl.col("host").is_null() | same_host(pl.col("host"), pl.col("_whost")))
     step = int(tolerance_s * 1e6)
     off = (pl.col("_wts").dt.epoch("us") - (pl.col("mono") * 1e6).round(0).cast(pl.Int64))
     pairs = joined.with_columns(off.alias("_off")).with_columns((pl.col("_off") // step).alias("_b"))
@@ -106,7 +120,9 @@ def apply_anchor(recs: FrameT, anchors: dict[str, BootAnchor], host_default: str
         pl.when(hit).then(ts).otherwise(pl.col("ts")).alias("ts"),
         pl.when(hit).then(pl.lit(TimeSource.BOOT_ANCHORED.value)).otherwise(pl.col("ts_source")).alias("ts_source"),
         pl.when(hit).then(pl.col("_how")).otherwise(pl.col("ts_anchor")).alias("ts_anchor"),
-        pl.when(hit & pl.col("host").is_null()).then(pl.coalesce(pl.col("_host"), pl.lit(host_default)))
+        # the journal's spelling of the host, when the dmesg named it short (`gpu-a07` for `gpu-a07.example.net`)
+        pl.when(hit & (pl.col("host").is_null() | same_host(pl.col("host"), pl.col("_host")).fill_null(False)))
+        .then(pl.coalesce(pl.col("_host"), pl.col("host"), pl.lit(host_default)))
         .otherwise(pl.col("host")).alias("host"),
     ).drop("_bt", "_how", "_host")
 

@@ -18,6 +18,8 @@ import polars as pl
 
 HOSTNAME = r"^systemd\[1\]: (?:Hostname set to|Set hostname to) <([^<>\s]+)>\.?\s*$"
 _LITERAL = "ostname"   # what every such line holds (a cheap test before the pattern)
+# the names a box boots with before its own is set (a cloud image's, given later by cloud-init or DHCP): no host
+GENERIC = frozenset({"localhost", "localhost.localdomain", "localhost6", "localhost6.localdomain6", "(none)"})
 
 
 @dataclass
@@ -44,7 +46,8 @@ class BootHosts:
         hits = hostless.filter(pl.col("message").str.contains(_LITERAL, literal=True)).with_columns(
             pl.col("message").str.extract(HOSTNAME, 1).alias("h")).filter(pl.col("h").is_not_null())
         for b, line, h in hits.select("boot_id", "line", "h").iter_rows():
-            self.named.setdefault(b, (h, line))
+            if h.lower() not in GENERIC:
+                self.named.setdefault(b, (h, line))
 
     def _ranges(self) -> list[tuple[int, str | None]]:
         """(first line, host or None) of each boot, in line order."""

@@ -80,3 +80,41 @@ def test_the_sources_json_says_where_the_host_came_from(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     (src,) = json.loads(CliRunner().invoke(main, ["--store", store, "sources", "--json"]).stdout)
     assert any(n.startswith("host from systemd's `Hostname set to <...>` line") for n in src["notes"])
+
+
+def test_a_boot_named_short_pairs_with_its_hosts_journal_named_in_full(tmp_path: Path) -> None:
+    # the boot says `gpu-a07`, the journal prints `gpu-a07.example.net`: one host; the dmesg is anchored to that
+    # journal's clock and takes its spelling; another host's journal with the same kernel lines is not its clock
+    from datetime import datetime, timedelta, timezone
+    boot = datetime(2025, 5, 25, 8, 0, 0, tzinfo=timezone.utc)
+    kernel = [(1.5, "ACPI: PCI Root Bridge [PCI0] (domain 0000 [bus 00-7e])"),
+              (5.304120, "systemd[1]: Hostname set to <gpu-a07>."),
+              (300.25, "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.133.20"),
+              (843.067209, "python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, "
+                           "oom_score_adj=0"),
+              (843.070001, "Out of memory: Killed process 41650 (python3) total-vm:500000000kB, anon-rss:440000000kB, "
+                           "file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:900000kB oom_score_adj:0")]
+    (tmp_path / "dmesg.log").write_text("".join(f"[{m:>12.6f}] {t}\n" for m, t in kernel))
+    j = "".join(f"{(boot + timedelta(seconds=m)).isoformat(timespec='microseconds')} gpu-a07.example.net kernel: {t}\n"
+                for m, t in kernel)
+    (tmp_path / "journal.log").write_text(j)
+    # another host booted 2 h later prints the same generic lines (not the pid's): it must not anchor this dmesg
+    other = boot + timedelta(hours=2)
+    (tmp_path / "other.log").write_text("".join(
+        f"{(other + timedelta(seconds=m)).isoformat(timespec='microseconds')} gpu-b02 kernel: {t}\n"
+        for m, t in kernel[:3]))
+    store = Store(tmp_path / "store")
+    rep = ingest(store, [str(tmp_path / x) for x in ("dmesg.log", "journal.log", "other.log")], IngestOptions())
+    (anchor,) = rep.anchors
+    assert anchor.host == "gpu-a07.example.net" and abs((anchor.boot_time - boot).total_seconds()) < 0.01
+    recs = store.records().filter(pl.col("path").str.ends_with("dmesg.log")).select("host", "ts_source").collect()
+    assert set(recs["host"].to_list()) == {"gpu-a07.example.net"} and set(recs["ts_source"]) == {"boot_anchored"}
+
+
+def test_a_boot_named_localhost_names_no_host(tmp_path: Path) -> None:
+    p = tmp_path / "dmesg.log"
+    p.write_text("".join(x + "\n" for x in _boot("Hostname set to <localhost>.", 41650, "python3")))
+    store = Store(tmp_path / "store")
+    (res,) = ingest(store, [str(p)], IngestOptions()).results
+    assert store.records().select(pl.col("host").unique()).collect().to_series().to_list() == [None]
+    assert not [n for n in res.entry.notes if "Hostname set to" in n]
