@@ -328,19 +328,14 @@ class _Builder:
     def where(self, path: str, line: int, line_end: int) -> str:
         return f"{self.short.get(path, path)}:{line_span(line, line_end)}"
 
-    def where_many(self, evs: list[Event]) -> str:
+    def where_many(self, evs: list[Event] | list[Evidence]) -> str:
         """`journal.log:156-157`, `journal.log:12, 40`, or one `path:line` per source."""
         by_path: dict[str, list[tuple[int, int]]] = {}
         for x in evs:
             by_path.setdefault(x.path, []).append((x.line, max(x.line, x.line_end)))
         parts = []
         for path, spans in by_path.items():
-            merged: list[list[int]] = []
-            for a, b in sorted(spans):
-                if merged and a <= merged[-1][1] + 1:
-                    merged[-1][1] = max(merged[-1][1], b)
-                else:
-                    merged.append([a, b])
+            merged = _merged(spans)
             shown = ", ".join(line_span(a, b) for a, b in merged[:4]) + (", ..." if len(merged) > 4 else "")
             parts.append(f"{self.short.get(path, path)}:{shown}")
         return "; ".join(parts)
@@ -395,12 +390,7 @@ class _Builder:
         times = list(dict.fromkeys(f"{self.clock.utc_text(parse_ts(ev.ts), self.utc_dates)} UTC"
                                    for ev in evs if ev.ts))
         when = times[0] if len(times) == 1 else f"{', '.join(times[:-1])} and {times[-1]}" if times else "—"
-        by_path: dict[str, list[tuple[int, int]]] = {}
-        for ev in evs:
-            if ev.line > 0:
-                by_path.setdefault(ev.path, []).append((ev.line, max(ev.line, ev.line_end)))
-        where = "; ".join(f"{self.short.get(p, p)}:{', '.join(line_span(a, c) for a, c in _merged(spans))}"
-                          for p, spans in by_path.items())
+        where = self.where_many([ev for ev in evs if ev.line > 0])
         first, last = parse_ts(b.first_before), parse_ts(b.last_before)
         dates = first is not None and last is not None and first.date() != last.date()
         host = self.i.hosts[0] if self.i.hosts else ""
