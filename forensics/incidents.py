@@ -922,7 +922,7 @@ class _Builder:
         explainer = self._explainer
         out: list[Incident] = []
         kind_times = _KindTimes(src.narrow)
-        owned, owner_notes = self._config_owners([e for h in {sk.cluster.host for sk in skels}
+        owned, owner_notes = self._config_owners([e for h in sorted({sk.cluster.host for sk in skels})
                                                   for e in host_evs.get(h, []) if e.kind == "server_config"])
         for sk in skels:
             c, ordered, units, t0, t1 = sk.cluster, sk.ordered, sk.units, sk.t0, sk.t1
