@@ -10,7 +10,6 @@ costs nothing here.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -38,13 +37,15 @@ class BootHosts:
         """Note a batch's hostless records: where each boot starts, and the host lines among them."""
         if not self.enabled or recs.height == 0 or "host" not in recs.columns or recs["host"].null_count() == 0:
             return
-        hostless = recs.filter(pl.col("host").is_null()).select(pl.col("boot_id").fill_null(""), "line", "message")
-        for b, first, n in hostless.group_by("boot_id", maintain_order=True).agg(
-                pl.col("line").min(), pl.len()).iter_rows():
+        hostless, boot = pl.col("host").is_null(), pl.col("boot_id").fill_null("")
+        for b, first, n in recs.lazy().filter(hostless).group_by(boot, maintain_order=True).agg(
+                pl.col("line").min(), pl.len()).collect().iter_rows():
             self.first.setdefault(b, first)
             self.records[b] += n
-        hits = hostless.filter(pl.col("message").str.contains(_LITERAL, literal=True)).with_columns(
-            pl.col("message").str.extract(HOSTNAME, 1).alias("h")).filter(pl.col("h").is_not_null())
+        # only the few lines that hold the literal are copied out of the batch
+        hits = recs.lazy().filter(hostless & pl.col("message").str.contains(_LITERAL, literal=True)).select(
+            boot, "line", pl.col("message").str.extract(HOSTNAME, 1).alias("h")).filter(
+            pl.col("h").is_not_null()).collect()
         for b, line, h in hits.select("boot_id", "line", "h").iter_rows():
             if h.lower() not in GENERIC:
                 self.named.setdefault(b, (h, line))
@@ -58,9 +59,6 @@ class BootHosts:
         if not self.named:
             return None
         ranges = self._ranges()
-        starts = [line for line, _ in ranges[1:]]
-        if not starts:
-            return pl.coalesce(pl.col("host"), pl.lit(ranges[0][1], dtype=pl.String)).alias("host")
         # a chain of line ranges, elementwise, so that polars' streaming sink keeps streaming (a lookup into a
         # literal series made it take the whole file in memory: a 4 GiB corpus's ingest peaked at 1 GiB)
         chain = None
@@ -72,12 +70,6 @@ class BootHosts:
             chain = pl.when(cond).then(pl.lit(host)) if chain is None else chain.when(cond).then(pl.lit(host))
         assert chain is not None   # self.named is not empty
         return pl.coalesce(pl.col("host"), chain.otherwise(pl.lit(None, dtype=pl.String))).alias("host")
-
-    def host_of_line(self, line: int) -> str | None:
-        """The host the boot holding `line` names (what `host_expr` gives a hostless line)."""
-        ranges = self._ranges()
-        i = bisect_right([a for a, _ in ranges], line) - 1
-        return ranges[i][1] if i >= 0 else None
 
     def counts(self) -> Counter:
         """Records per host given (for the source's entry: its most common host)."""

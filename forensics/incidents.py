@@ -81,7 +81,7 @@ from .model import (Background, Conclusion, Confidence, Event, Evidence, Gap, In
 DEFAULT_GAP_MINUTES = 15.0
 REPEAT_MIN = 5                         # loose lines of one rule in an incident: from this many, one timeline row
 REPEAT_AROUND_S = 3 * 3600.0           # ... whose rate is compared with the kind's in this long before and after
-OWNER_S = 120.0                        # a launch configuration naming no unit is a unit's when logged this soon after its start
+OWNER_S = 120.0                        # a configuration naming no unit: a unit's when logged this soon after its start
 ROUTINE_MIN = 5                        # a unit's failures in the REPEAT_AROUND_S before an incident: it fails routinely
 UNDATED_LINES = 500                    # untimed significant events this close in one source: one incident
 SGLANG_DEFAULT_PORT = "30000"          # `{port}` of a unit whose launch configuration gives none
@@ -153,7 +153,8 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
         names: dict[str, set[str | None]] = {}
         for p, h in zip(rec["path"].to_list(), rec["host"].to_list()):
             names.setdefault(p, set()).add(h)
-        dmesgs = set(kept_tables.spans.filter(pl.col("format").fill_null("").str.starts_with("dmesg"))["path"].to_list())
+        dmesg = pl.col("format").fill_null("").str.starts_with("dmesg")
+        dmesgs = set(kept_tables.spans.filter(dmesg)["path"].to_list())
         mixed = sorted(p for p, hs in names.items() if None in hs and len(hs - {None}) > 1 and p in dmesgs)
         pseudo.update({p: f"unknown host ({PurePath(p).name})" for p in mixed})
         for p in mixed:
@@ -696,7 +697,7 @@ class _Builder:
         if full:
             profile.env_hits_ahead(store, sorted({s for ids in self.prep.host_sources.values() for s in ids}))
         self.local_matching = LOCAL_MATCHING
-        self.unit_fails = _UnitFails(self.src)
+        self.times = _Times(self.src.narrow)
 
     # -- the GPU named by the logs makes architecture statements name it
     def _gpu_desc(self, e: EventView) -> EventView:
@@ -800,7 +801,7 @@ class _Builder:
                 per[hit].append(f)
         skels: list[_Skeleton] = []
         for i, c in enumerate(clusters):
-            kept, background = _split_background(c, per[i], self.unit_fails)
+            kept, background = _split_background(c, per[i], self.times)
             fs = kept or [_fallback(c)]
             explained = {x for f in fs for x in f.conclusion.explains}
             heads = [f for f in fs if f.conclusion.cause_event is None or f.conclusion.cause_event not in explained]
@@ -855,7 +856,7 @@ class _Builder:
                        ) -> tuple[dict[str, EventView], dict[tuple[str, int], str]]:
         """The launch configurations that name no unit (an SGLang `server_args` dump in a `python3[pid]` line) but
         that a unit's start owns (`config_owner`), as views with that unit; and the note each then carries."""
-        loose = [e for e in configs if e.unit is None and e.t is not None and e.host]
+        loose = [e for e in configs if _unit(e) is None and e.t is not None and e.host]
         if not loose:
             return {}, {}
         starts = self.src.load_windows([(e.t - OWNER_S, e.t, (pl.col("kind") == "service_started")
@@ -921,7 +922,6 @@ class _Builder:
                                else _Explainer(self.store.cache_dir))
         explainer = self._explainer
         out: list[Incident] = []
-        kind_times = _KindTimes(src.narrow)
         owned, owner_notes = self._config_owners([e for h in sorted({sk.cluster.host for sk in skels})
                                                   for e in host_evs.get(h, []) if e.kind == "server_config"])
         for sk in skels:
@@ -946,9 +946,9 @@ class _Builder:
                 return e.t is None or t1 is None or e.t <= t1
 
             server = [owned.get(e.id, e) for e in here if e.kind == "server_config"]
-            configs = [e for e in server if before_end(e) and (e.unit in units or (e.unit is None and not units))]
+            configs = [e for e in server if before_end(e) and (_unit(e) in units or (_unit(e) is None and not units))]
             if not configs:
-                configs = [e for e in server if before_end(e) and e.unit is None]
+                configs = [e for e in server if before_end(e) and _unit(e) is None]
             if not configs and not any(u.endswith(".service") for u in units):   # a session's: the host's servers
                 configs = [e for e in server if before_end(e)]
             after = (_restart_config(server, units, t1, t1 + min(gap_s, 300.0))
@@ -974,15 +974,15 @@ class _Builder:
                 for eid, r in f.roles:
                     roles.setdefault(eid, r)
             ports = {x.unit: f.value for x in cfgs for f in x.flags if f.name == "--port"}
-            events = tuple(explainer.event(e, roles.get(e.id, "context" if is_request_traceback(e.rule, e.fields) else e.role), ports)
-                           for e in members)
+            events = tuple(explainer.event(e, roles.get(e.id, "context" if is_request_traceback(e.rule, e.fields)
+                                                         else e.role), ports) for e in members)
             conclusions = tuple(_with_copies(f.conclusion, src.copies, by_loc) for f in ordered)
             symptoms = tuple(sorted(dict.fromkeys(x for f in ordered for x in f.conclusion.explains),
                                     key=lambda x: (by_id[x].t or 0.0, by_id[x].seq) if x in by_id else (0.0, 0)))
             gap_evs = [e for e in here if e.kind == "journal_suppressed" or (e.t is None and e.kind in KERNEL_KINDS)]
             gaps = _gaps(c, gap_evs, members, self.prep, t0, t1, gap_s)
             bound = set(sk.core_ids) | {x for f in ordered for x in f.event_ids} | {e.id for e in configs}
-            repeats = (_repeats(members, bound, c.host, lo, hi, kind_times)
+            repeats = (_repeats(members, bound, c.host, lo, hi, self.times)
                        if t0 is not None and t1 is not None else ())
             out.append(Incident(
                 id=sk.id, start=sk.start, end=sk.end, hosts=(c.host,), units=tuple(units), headline=sk.headline,
@@ -993,27 +993,7 @@ class _Builder:
 
 
 
-class _UnitFails:
-    """The times (whole seconds, sorted, each once: a line's copies in other sources count once) of each unit's
-    failures (`service_failed`) by host, read off the narrow frame the first time they are asked for."""
-
-    def __init__(self, src: EventSource):
-        self.src = src
-        self.times: dict[tuple[str, str], list[int]] | None = None
-
-    def of(self, host: str, unit: str) -> list[int]:
-        if self.times is None:
-            df = (self.src.narrow.filter((pl.col("kind") == "service_failed") & pl.col("t_us").is_not_null()
-                                         & pl.col("unit").is_not_null())
-                  .select("part", "unit", (pl.col("t_us") // 1_000_000).alias("s")).unique()
-                  .sort("part", "unit", "s"))
-            self.times = {}
-            for (p, u), part in df.partition_by("part", "unit", as_dict=True, maintain_order=True).items():
-                self.times[(p, u)] = part["s"].to_list()
-        return self.times.get((host, unit), [])
-
-
-def _split_background(c: _Cluster, found: Sequence[Finding], fails: _UnitFails
+def _split_background(c: _Cluster, found: Sequence[Finding], times: _Times
                       ) -> tuple[list[Finding], tuple[Background, ...]]:
     """The findings of a cluster, less those of units failing routinely on its host: a unit none of the cluster's
     significant events names, whose conclusions here are all inconclusive (nothing ties its failure to the
@@ -1032,7 +1012,7 @@ def _split_background(c: _Cluster, found: Sequence[Finding], fails: _UnitFails
     left: set[int] = set()
     start_s = int(c.start)
     for u in sorted(by_unit):
-        ts = fails.of(c.host, u)
+        ts = times.failures(c.host, u)
         before = ts[bisect_left(ts, start_s - int(REPEAT_AROUND_S)):bisect_left(ts, start_s)]
         if len(before) < ROUTINE_MIN:
             continue
@@ -1090,23 +1070,31 @@ def config_owner(config: EventView, starts: Sequence[EventView]) -> tuple[EventV
     return (max(best[1], key=lambda s: (s.t or 0.0, s.seq)), best[0] == 2) if len(units) == 1 else None
 
 
+def _unit(e: EventView) -> str | None:
+    """The unit an event is about: its line's, or one its fields name (a cgroup, `unit=`)."""
+    return e.entities.get("unit")
+
+
 def _restart_config(server: Sequence[EventView], units: Sequence[str], t1: float, until: float) -> EventView | None:
     """The first launch configuration of the incident's units (or naming none) logged after the failure at `t1`
     and by `until`: a restart's."""
     later = [e for e in server if e.t is not None and t1 < e.t <= until
-             and (e.entities.get("unit") in units or e.entities.get("unit") is None)]
+             and (_unit(e) in units or _unit(e) is None)]
     return min(later, key=lambda e: (e.t, e.seq), default=None)
 
 
-class _KindTimes:
-    """The times (epoch microseconds, sorted) of a store's events by host and kind, read off the narrow frame in one
-    pass the first time they are asked for: what `_repeats` counts its rates on."""
+class _Times:
+    """Times of a store's events read off the narrow frame, each table the first time it is asked for: by host and
+    kind (epoch microseconds, sorted: what `_repeats` counts its rates on), and each unit's failures by host
+    (`service_failed`, whole seconds, each once: a line's copies in other sources count once; what
+    `_split_background` counts)."""
 
     def __init__(self, narrow: pl.DataFrame):
         self.narrow = narrow
         self.spans: dict[str, tuple[int, int]] | None = None
         self.parts: dict[tuple[object, ...], pl.DataFrame] = {}
         self.times: dict[tuple[str, str], list[int]] = {}
+        self.fails: dict[tuple[object, ...], list[int]] | None = None
 
     def _read(self) -> dict[str, tuple[int, int]]:
         if self.spans is None:
@@ -1130,9 +1118,19 @@ class _KindTimes:
             got = self.times[(host, kind)] = part["t_us"].to_list() if part is not None else []
         return got
 
+    def failures(self, host: str, unit: str) -> list[int]:
+        """The seconds at which `unit` failed on `host`."""
+        if self.fails is None:
+            df = (self.narrow.filter((pl.col("kind") == "service_failed") & pl.col("t_us").is_not_null()
+                                     & pl.col("unit").is_not_null())
+                  .select("part", "unit", (pl.col("t_us") // 1_000_000).alias("s")).unique().sort("part", "unit", "s"))
+            self.fails = {k: part["s"].to_list()
+                          for k, part in df.partition_by("part", "unit", as_dict=True, maintain_order=True).items()}
+        return self.fails.get((host, unit), [])
+
 
 def _repeats(members: Sequence[EventView], bound: set[str], host: str, lo: float, hi: float,
-             times: _KindTimes) -> tuple[Repeat, ...]:
+             times: _Times) -> tuple[Repeat, ...]:
     """The rules with REPEAT_MIN or more *loose* events in an incident (timed, naming no unit, bound by no
     conclusion and not among its significant events: the context of its window), each with the rate of its kind
     on the host in the window [lo, hi] and in the REPEAT_AROUND_S before and after it (as far as the host's

@@ -4,6 +4,7 @@ times formatted, paths shortened, repeated lines folded. No Markdown or HTML her
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from forensics.configreview import is_dump
@@ -183,8 +184,7 @@ class UnitFailures:
     @property
     def when(self) -> str:
         """`20:17:19 UTC`, `20:17:19 UTC and 20:29:48 UTC`, `a, b and c`."""
-        d = self.downs
-        return d[0] if len(d) == 1 else f"{', '.join(d[:-1])} and {d[-1]}"
+        return _and(self.downs)
 
 
 @dataclass(frozen=True)
@@ -389,7 +389,7 @@ class _Builder:
         evs = sorted(b.evidence, key=lambda ev: (ev.ts or "", ev.path, ev.line))
         times = list(dict.fromkeys(f"{self.clock.utc_text(parse_ts(ev.ts), self.utc_dates)} UTC"
                                    for ev in evs if ev.ts))
-        when = times[0] if len(times) == 1 else f"{', '.join(times[:-1])} and {times[-1]}" if times else "—"
+        when = _and(times) if times else "—"
         where = self.where_many([ev for ev in evs if ev.line > 0])
         first, last = parse_ts(b.first_before), parse_ts(b.last_before)
         dates = first is not None and last is not None and first.date() != last.date()
@@ -585,6 +585,11 @@ class _Builder:
             actions=self.actions(), excerpts=self.excerpt_views(), excerpts_total=len(self.excerpts),
             sources=self.sources(), time_notes=self.time_notes(), events_total=len(i.events),
             background=tuple(self.background(b) for b in i.background))
+
+
+def _and(items: Sequence[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
