@@ -518,10 +518,17 @@ class _Explainer:
                      line=e.line, line_end=e.line_end, format=e.format)
 
 
+def _kernel_seconds(store, e: EventView) -> float | None:  # noqa: ANN001
+    """The seconds since boot an untimed kernel event's line printed (`[17893.292639]`), from its record."""
+    rows = (store.records([e.source_id]).filter(pl.col("line") == e.line).select("mono").head(1).collect())
+    return rows.item(0, 0) if rows.height else None
+
+
 def _gaps(c: _Cluster, evs: Sequence[EventView], members: Sequence[EventView], prep: Prepared, start: float | None,
-          end: float | None, gap_s: float) -> list[Gap]:
+          end: float | None, gap_s: float, mono: Callable[[EventView], float | None] = lambda e: None) -> list[Gap]:
     """What the logs cannot show for this incident. `evs` (in seq order) must hold the host's journald
-    suppressions from `gap_s` before the start to the end, and its untimed kernel events."""
+    suppressions from `gap_s` before the start to the end, and its untimed kernel events. `mono` gives an
+    untimed kernel event's seconds since boot."""
     out: list[Gap] = []
     host = c.host
     seen: set[tuple] = set()
@@ -566,12 +573,20 @@ def _gaps(c: _Cluster, evs: Sequence[EventView], members: Sequence[EventView], p
     if untimed:
         paths = sorted({e.path for e in untimed})
         kinds = ", ".join(sorted({e.kind for e in untimed}))
+        first = next((e for e in members if e.t is None and e.kind in KERNEL_KINDS), None)
+        secs = mono(first) if first is not None else None
+        at = (f" The incident's first, {first.path}:{first.line}, is at {secs:.2f} s ({human_seconds(secs)}) after "
+              "its boot: its wall-clock time is that boot's start plus as much. Commands that ask for `{since}` and "
+              "`{until}` want the two minutes before it and the minute after."
+              if first is not None and secs is not None else "")
+        named = bool(host) and not host.startswith(UNKNOWN_HOST)
+        boots = f"journalctl --list-boots   # on {host if named else 'the host'}: when each boot began"
         out.append(Gap(what=f"The time of {len(untimed)} kernel event(s) ({kinds}) in {', '.join(paths)}",
                        why=("Their kernel seconds since boot are not anchored to a wall-clock time (no journal of the "
                             "same boot to pair them with, no `systemctl show` boot time), so they cannot be placed next "
-                            "to the other lines. The boot time, copied off the host with the dmesg and ingested with "
-                            "it, anchors them; or give it with --boot-time."),
-                       commands=("systemctl show -p KernelTimestamp > kernel-timestamp.txt",
+                            "to the other lines." + at + " The boot time, copied off the host with the dmesg and "
+                            "ingested with it, anchors them; or give it with --boot-time."),
+                       commands=("systemctl show -p KernelTimestamp > kernel-timestamp.txt", boots,
                                  *(f"forensics ingest --force --boot-time 'YYYY-MM-DD HH:MM:SS' {p}" for p in paths))))
     # times printed without a year or a zone
     by_path: dict[str, set[str]] = {}
@@ -980,7 +995,7 @@ class _Builder:
             symptoms = tuple(sorted(dict.fromkeys(x for f in ordered for x in f.conclusion.explains),
                                     key=lambda x: (by_id[x].t or 0.0, by_id[x].seq) if x in by_id else (0.0, 0)))
             gap_evs = [e for e in here if e.kind == "journal_suppressed" or (e.t is None and e.kind in KERNEL_KINDS)]
-            gaps = _gaps(c, gap_evs, members, self.prep, t0, t1, gap_s)
+            gaps = _gaps(c, gap_evs, members, self.prep, t0, t1, gap_s, partial(_kernel_seconds, self.store))
             bound = set(sk.core_ids) | {x for f in ordered for x in f.event_ids} | {e.id for e in configs}
             repeats = (_repeats(members, bound, c.host, lo, hi, self.times)
                        if t0 is not None and t1 is not None else ())

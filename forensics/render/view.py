@@ -3,16 +3,19 @@ times formatted, paths shortened, repeated lines folded. No Markdown or HTML her
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from forensics.configreview import is_dump
+from forensics.correlate import STANDARD_NAMES
 from forensics.model import (Background, Conclusion, Event, Evidence, Incident, Repeat, is_request_traceback,
                              line_span)
 from forensics.render.data import Excerpt, ExcerptLine, ReportData
 from forensics.render.impact import unit_impacts
 from forensics.render.options import ReportOptions
+from forensics.rulepacks import STANDARD_PLACEHOLDERS
 from forensics.render.timefmt import INFERRED, MARK, TIME_SOURCE_WORDS, Clock, duration, parse_ts
 
 KIND_LABELS: dict[str, str] = {
@@ -261,6 +264,8 @@ class IncidentView:
     timeline_omitted: int = 0     # rows left out to fit a size limit
     key_lines_omitted: int = 0
     background: tuple[BackgroundView, ...] = ()   # units failing routinely, not counted in the incident
+    unfilled: str = ""            # the placeholders the commands keep, and why the logs cannot fill them
+    losses: tuple[str, ...] = ()  # services that lost a process to the OOM killer, with no outage in the logs
 
     @property
     def failed_units(self) -> tuple[str, ...]:
@@ -470,6 +475,25 @@ class _Builder:
             evidence_against=tuple(self.evidence(x) for x in c.evidence_against),
             alternatives=c.alternatives, next_steps=c.next_steps)
 
+    def losses(self, impact: Sequence[ImpactRow]) -> tuple[str, ...]:
+        """A service whose process the kernel OOM killer killed while the logs show no outage of it: the kill is
+        said, and whether the service went down with it is left open (without a journal of the host nothing can
+        say; with one, systemd logged no failure of it here)."""
+        down = {r.unit for r in impact}
+        journal = any(s.format.startswith("journal") for s in self.i.sources)
+        out: list[str] = []
+        for e in self.i.events:
+            if e.kind != "oom_kill" or not e.unit or not e.unit.endswith(".service") or e.unit in down:
+                continue
+            what = f"pid {e.pid} ({e.fields.get('process') or '?'})" if e.pid is not None else "a process"
+            why = (f"systemd logged no failure of it in the journal of {e.host or 'the host'} here, so the process "
+                   "was probably not its main one" if journal else
+                   f"no journal of {e.host or 'the host'} was ingested, and only systemd's lines about the unit "
+                   "would say")
+            out.append(f"`{e.unit}` lost {what} to the kernel OOM killer ({e.path}:{e.line}). Whether the service "
+                       f"went down with it is not in these logs: {why} (`journalctl -u {e.unit}`).")
+        return tuple(dict.fromkeys(out))
+
     def impact(self) -> tuple[ImpactRow, ...]:
         rows = []
         for ui in unit_impacts(self.i):
@@ -564,7 +588,7 @@ class _Builder:
     def build(self) -> IncidentView:
         i = self.i
         start, end = parse_ts(i.start), parse_ts(i.end)
-        date = f"{start:%Y-%m-%d}" if start else "unknown date"
+        date = f"{start:%Y-%m-%d}" if start else UNDATED
         if start and end:
             same = start.date() == end.date()
             window = f"{self.clock.both(start)} to {self.clock.both(end, with_date=not same)}"
@@ -576,15 +600,45 @@ class _Builder:
                          for u in dict.fromkeys(r.unit for r in impact))
         conclusions = tuple(self.conclusion(c) for c in i.conclusions)
         root = next((c for c in conclusions if c.is_root), None)
+        actions = self.actions()
         return IncidentView(
             index=self.index, id=i.id, headline=i.headline, date=date, window=window, hosts=i.hosts, units=i.units,
             failures=failures, root=root, conclusions=conclusions, impact=impact, timeline=timeline,
             timeline_has_inferred=any(r.time.inferred for r in timeline), key_lines=self.key_lines(),
             configs=self.configs(), environment=self.environment(), gaps=tuple(GapView(g.what, g.why, g.commands)
                                                                                for g in i.gaps),
-            actions=self.actions(), excerpts=self.excerpt_views(), excerpts_total=len(self.excerpts),
+            actions=actions, excerpts=self.excerpt_views(), excerpts_total=len(self.excerpts),
             sources=self.sources(), time_notes=self.time_notes(), events_total=len(i.events),
-            background=tuple(self.background(b) for b in i.background))
+            background=tuple(self.background(b) for b in i.background),
+            losses=self.losses(impact),
+            unfilled=unfilled_note([a.text for a in actions] + [s for c in conclusions for s in c.next_steps],
+                                   i.start is not None))
+
+
+UNDATED = "an unknown date"   # an incident's date when none of its lines has a wall-clock time
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)\}")
+_TIME_NAMES = ("since", "until", "window_start", "window_end", "ts")
+_WHY_UNFILLED = {"host": "no ingested line names the host", "unit": "no line names the unit",
+                 "pid": "no line names the process"}
+
+
+def unfilled_note(commands: Sequence[str], dated: bool) -> str:
+    """What the placeholders left in the commands stand for, and why the logs cannot fill them ("" for none).
+    Only placeholder names (the standard ones and `step.field`), not a command's own braces (`awk '{print}'`)."""
+    known = set(STANDARD_PLACEHOLDERS) | set(STANDARD_NAMES)
+    names = list(dict.fromkeys(n for c in commands for n in _PLACEHOLDER.findall(c) if n in known or "." in n))
+    if not names:
+        return ""
+    parts: list[str] = []
+    times = [n for n in names if n in _TIME_NAMES]
+    if times:
+        why = ("the incident has no wall-clock time: what the logs do not show says how to find it" if not dated
+               else "the line they are about has no wall-clock time")
+        parts.append(f"{_and([f'`{{{n}}}`' for n in times])}, as {why}")
+    for n in names:
+        if n not in _TIME_NAMES:
+            parts.append(f"`{{{n}}}`, as {_WHY_UNFILLED.get(n, 'the logs do not give it')}")
+    return "Left for you to fill in the commands: " + "; ".join(parts) + "."
 
 
 def _and(items: Sequence[str]) -> str:
