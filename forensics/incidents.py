@@ -75,7 +75,7 @@ from .environment import Fingerprint, fingerprints
 from .record_tables import compute_tables, host_fills, record_tables, unit_fills
 from .schema import YEAR_MTIME, YEAR_NOW, empty_events
 from .store import scan_files
-from .model import (Background, Conclusion, Confidence, Event, Evidence, Gap, Incident, Repeat, SourceInfo,
+from .model import (Background, Conclusion, Confidence, Event, Evidence, Gap, Incident, Neighbour, Repeat, SourceInfo,
                     is_request_traceback, to_jsonable)
 
 DEFAULT_GAP_MINUTES = 15.0
@@ -325,12 +325,56 @@ def significant(e: EventView, timed: bool = True) -> bool:
 
 
 STARTS = ("service_started", "server_start")
+UP_S = 180.0   # a server that failed, came back ready and served this long had recovered (see `recovered`)
+
+
+def _server_back(cur: Sequence[EventView], e: EventView, readies: Sequence[EventView]) -> bool:
+    """Whether a server that failed in `cur` (the same unit; an SGLang log's unit-less lines, the same file) logged
+    `server_ready` after `cur`'s last event and then served UP_S or more before `e`. `readies`: the host's timed
+    `server_ready` events, in time order."""
+    last = cur[-1].t
+    if e.t - last <= UP_S:
+        return False
+    units = {x.entities.get("unit") for x in cur}
+    paths = {x.path for x in cur if x.entities.get("unit") is None}
+    for r in readies[bisect_right([x.t for x in readies], last):]:
+        if r.t > e.t - UP_S:
+            break
+        u = r.entities.get("unit")
+        if (u is not None and u in units) or (u is None and r.path in paths):
+            return True
+    return False
+
+
+def _causes(evs: Sequence[EventView]) -> set[str]:
+    """The kinds of a stretch's causes (its events whose rule calls them a cause), or all its kinds without one."""
+    return {e.kind for e in evs if e.role == "cause"} or {e.kind for e in evs}
+
+
+def recovered(evs: Sequence[EventView], readies: Sequence[EventView]) -> list[list[EventView]]:
+    """A host's significant events of one stretch (time order), cut where a server that had failed came back
+    ready and served UP_S or more before the next (`_server_back`), unless what follows is the same failure again
+    (its causes' kinds are among those before: a failure that recurs stays one incident, "twice")."""
+    parts: list[list[EventView]] = [[evs[0]]]
+    for e in evs[1:]:
+        if _server_back(parts[-1], e, readies):
+            parts.append([e])
+        else:
+            parts[-1].append(e)
+    out = [parts[0]]
+    for p in parts[1:]:
+        if _causes(p) <= _causes(out[-1]):
+            out[-1].extend(p)
+        else:
+            out.append(p)
+    return out
 
 
 def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float,
             load_starts: Callable[[list[tuple[_Cluster, _Cluster]]], Sequence[EventView]] | None = None
             ) -> list[_Cluster]:
-    """Significant events per host, split where `gap_s` passes without one; then clusters merged when one
+    """Significant events per host, split where `gap_s` passes without one or where a failed server had
+    recovered before the next, other failure (`recovered`); then clusters merged when one
     finding binds events of both, or when a unit of the later one was started within the gap after the
     earlier one ended and died within twice the gap of starting (a fallback that dies too).
 
@@ -338,19 +382,24 @@ def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float,
     them: called with the pairs of successive clusters of a host, it returns (at least) every start of a unit
     of the later one on that host within the gap after the earlier one ends."""
     by_host: dict[str, list[EventView]] = {}
+    readies: dict[str, list[EventView]] = {}
     for e in evs:
         if significant(e):
             by_host.setdefault(e.host or "unknown host", []).append(e)
+        elif e.kind == "server_ready" and e.t is not None:
+            readies.setdefault(e.host or "unknown host", []).append(e)
+    for rs in readies.values():
+        rs.sort(key=lambda x: (x.t, x.seq))
     clusters: list[_Cluster] = []
     for host in sorted(by_host):
         cur: list[EventView] = []
         for e in sorted(by_host[host], key=lambda x: (x.t, x.seq)):
             if cur and e.t - cur[-1].t > gap_s:
-                clusters.append(_Cluster(host, cur))
+                clusters.extend(_Cluster(host, p) for p in recovered(cur, readies.get(host, ())))
                 cur = []
             cur.append(e)
         if cur:
-            clusters.append(_Cluster(host, cur))
+            clusters.extend(_Cluster(host, p) for p in recovered(cur, readies.get(host, ())))
     # union-find over clusters
     parent = list(range(len(clusters)))
 
@@ -669,6 +718,10 @@ class _Skeleton:
     end: str | None
     headline: str
     background: tuple[Background, ...] = ()
+    after: float | None = None                # the previous incident of the host ends then: its lines are not context
+    before: float | None = None               # the next incident of the host begins then
+    prev: _Skeleton | None = None             # the previous incident of the host, when it ended within the gap
+    next: _Skeleton | None = None             # the next, when it began within the gap
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -841,11 +894,20 @@ class _Builder:
             ident = (f"{start:%Y-%m-%d}" if start else "undated") + f"-{_host_slug(c.host)}-" + (
                 _slug(_unit_stem(lead_unit)) if lead_unit else _slug(root.conclusion.kind))
             # the other chains: of another unit, or another cause (an NCCL timeout after a CUDA OOM in one SGLang log)
-            headline = root.headline + "".join(f"; then {h}" for h in _then(root, heads[1:]))
+            headline = root.headline + _again(root, heads) + "".join(f"; then {h}" for h in _then(root, heads[1:]))
             skels.append(_Skeleton(cluster=c, heads=heads, ordered=ordered, core_ids=core_ids, t0=t0, t1=t1,
                                    units=units, id=ident, start=iso(start), end=iso(end), headline=headline,
                                    background=background))
         skels.sort(key=lambda x: (x.start is None, x.start or "", x.id))
+        last: dict[str, _Skeleton] = {}
+        for sk in sorted((x for x in skels if x.t0 is not None and x.t1 is not None),
+                         key=lambda x: (x.cluster.host, x.t0, x.id)):
+            prev = last.get(sk.cluster.host)
+            if prev is not None:     # the lines of one incident are not the context of its neighbour
+                sk.after, prev.before = prev.t1, sk.t0
+                if sk.t0 - prev.t1 <= self.gap_s:   # kept apart only because its server had recovered
+                    sk.prev, prev.next = prev, sk
+            last[sk.cluster.host] = sk
         seen: dict[str, int] = {}
         for sk in skels:
             n = seen.get(sk.id, 0) + 1
@@ -951,7 +1013,8 @@ class _Builder:
                     timed[c.host] = ([e.t for e in tl], tl)  # type: ignore[misc]
                 ts, tl = timed[c.host]
                 for e in tl[bisect_left(ts, lo):bisect_right(ts, hi)]:
-                    if e.id in member_ids:
+                    if e.id in member_ids or (sk.after is not None and e.t <= sk.after) or (
+                            sk.before is not None and e.t >= sk.before):
                         continue
                     u = e.entities.get("unit")
                     if u is None or u in units:
@@ -1003,7 +1066,8 @@ class _Builder:
                 id=sk.id, start=sk.start, end=sk.end, hosts=(c.host,), units=tuple(units), headline=sk.headline,
                 root_cause=conclusions[0], conclusions=conclusions, events=events, symptoms=symptoms, configs=cfgs,
                 environment=fp.as_dict(), gaps=tuple(gaps), sources=_source_infos(self.prep, c.host),
-                repeats=repeats, background=sk.background))
+                repeats=repeats, background=sk.background, follows=_neighbour(sk.prev, sk, here, True),
+                followed_by=_neighbour(sk, sk.next, here, False)))
         return out
 
 
@@ -1040,6 +1104,25 @@ def _split_background(c: _Cluster, found: Sequence[Finding], times: _Times
             first_before=iso(datetime.fromtimestamp(before[0], timezone.utc)),
             last_before=iso(datetime.fromtimestamp(before[-1], timezone.utc))))
     return [f for f in found if id(f) not in left], tuple(out)
+
+
+def _neighbour(a: _Skeleton | None, b: _Skeleton | None, here: Sequence[EventView], before: bool
+               ) -> Neighbour | None:
+    """Of two incidents of a host told apart at a recovery (`a` ended, the server was ready again, `b` began), the
+    other one: `a` when `before`, else `b`; with the time of the server's first `server_ready` in between."""
+    if a is None or b is None or a.t1 is None or b.t0 is None:
+        return None
+    ready = min((e for e in here if e.kind == "server_ready" and e.t is not None and a.t1 < e.t < b.t0),
+                key=lambda e: (e.t, e.seq), default=None)
+    return Neighbour(incident=a.id if before else b.id, at=a.end if before else b.start,
+                     ready=iso(ready.ts) if ready is not None else None)
+
+
+def _again(root: Finding, heads: Sequence[Finding]) -> str:
+    """`, twice` (`, 3 times`) when the root's chain recurs in the incident: another head of its unit and kind
+    (a server that crashed the same way after it came back)."""
+    n = sum(f.conclusion.unit == root.conclusion.unit and f.conclusion.kind == root.conclusion.kind for f in heads)
+    return "" if n < 2 else ", twice" if n == 2 else f", {n} times"
 
 
 def _then(root: Finding, heads: Sequence[Finding], most: int = 2) -> list[str]:

@@ -140,6 +140,16 @@ class Repeat:
 
 
 @dataclass(frozen=True)
+class Neighbour:
+    """An incident of the same host less than the clustering gap before or after this one, kept apart because
+    the server had recovered in between (`incidents.recovered`)."""
+
+    incident: str             # its id
+    at: str | None            # when it ended (the one before) or began (the one after), ISO 8601 UTC
+    ready: str | None         # when the server was ready again in between
+
+
+@dataclass(frozen=True)
 class Background:
     """A unit that failed in an incident's window as it had failed again and again on the host before the incident
     began: nothing in the logs ties its failure to the incident (its only conclusions are inconclusive), so it is
@@ -186,6 +196,8 @@ class Incident:
     sources: tuple[SourceInfo, ...]         # sources that cover the incident's hosts
     repeats: tuple[Repeat, ...] = ()        # recurring lines not tied to the incident (one timeline row each)
     background: tuple[Background, ...] = ()  # units failing routinely on the host that also failed in the window
+    follows: Neighbour | None = None        # the incident just before on the host, its server recovered in between
+    followed_by: Neighbour | None = None    # the incident just after on the host, likewise
 
     def to_json(self) -> dict[str, Any]:
         return to_jsonable(self)

@@ -72,6 +72,8 @@ def _incident(inc: Incident, iv: IncidentView, clock: Clock) -> dict[str, Any]:
         "sources": [to_jsonable(s) for s in inc.sources],
         "repeats": [to_jsonable(r) for r in inc.repeats],
         "background": [to_jsonable(b) for b in inc.background],
+        "follows": to_jsonable(inc.follows) if inc.follows is not None else None,
+        "followed_by": to_jsonable(inc.followed_by) if inc.followed_by is not None else None,
     }
 
 

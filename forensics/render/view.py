@@ -266,6 +266,7 @@ class IncidentView:
     background: tuple[BackgroundView, ...] = ()   # units failing routinely, not counted in the incident
     unfilled: str = ""            # the placeholders the commands keep, and why the logs cannot fill them
     losses: tuple[str, ...] = ()  # services that lost a process to the OOM killer, with no outage in the logs
+    neighbours: tuple[str, ...] = ()   # the incidents just before and after on the host, told apart at a recovery
 
     @property
     def failed_units(self) -> tuple[str, ...]:
@@ -475,6 +476,27 @@ class _Builder:
             evidence_against=tuple(self.evidence(x) for x in c.evidence_against),
             alternatives=c.alternatives, next_steps=c.next_steps)
 
+    def neighbours(self) -> tuple[str, ...]:
+        """Sentences on the incidents of the same host just before and after, within the clustering gap but told
+        apart because the server was ready again in between."""
+        out: list[str] = []
+        start, end = parse_ts(self.i.start), parse_ts(self.i.end)
+        for n, before in ((self.i.follows, True), (self.i.followed_by, False)):
+            at = parse_ts(n.at) if n is not None else None
+            if n is None or at is None:
+                continue
+            ready = parse_ts(n.ready)
+            when = f"{self.clock.utc_text(at, self.utc_dates)} UTC"
+            back = (f"; the server was ready again at {self.clock.utc_text(ready, self.utc_dates)} UTC in between"
+                    if ready is not None else "")
+            if before and start is not None:
+                out.append(f"This began {duration((start - at).total_seconds())} after incident `{n.incident}` on "
+                           f"the same host ended ({when}){back}, so the two are told apart.")
+            elif not before and end is not None:
+                out.append(f"Incident `{n.incident}` on the same host began {duration((at - end).total_seconds())} "
+                           f"after this one ended ({when}){back}, so the two are told apart.")
+        return tuple(out)
+
     def losses(self, impact: Sequence[ImpactRow]) -> tuple[str, ...]:
         """A service whose process the kernel OOM killer killed while the logs show no outage of it: the kill is
         said, and whether the service went down with it is left open (without a journal of the host nothing can
@@ -610,7 +632,7 @@ class _Builder:
             actions=actions, excerpts=self.excerpt_views(), excerpts_total=len(self.excerpts),
             sources=self.sources(), time_notes=self.time_notes(), events_total=len(i.events),
             background=tuple(self.background(b) for b in i.background),
-            losses=self.losses(impact),
+            losses=self.losses(impact), neighbours=self.neighbours(),
             unfilled=unfilled_note([a.text for a in actions] + [s for c in conclusions for s in c.next_steps],
                                    i.start is not None))
 
