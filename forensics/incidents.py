@@ -1001,6 +1001,8 @@ class _Builder:
         out: list[Incident] = []
         owned, owner_notes = self._config_owners([e for h in sorted({sk.cluster.host for sk in skels})
                                                   for e in host_evs.get(h, []) if e.kind == "server_config"])
+        owned = {**owned, **pid_kin(owned, [e for h in sorted({sk.cluster.host for sk in skels})
+                                            for e in host_evs.get(h, [])])}
         for sk in skels:
             c, ordered, units, t0, t1 = sk.cluster, sk.ordered, sk.units, sk.t0, sk.t1
             here = host_evs.get(c.host, [])
@@ -1016,7 +1018,7 @@ class _Builder:
                     if e.id in member_ids or (sk.after is not None and e.t <= sk.after) or (
                             sk.before is not None and e.t >= sk.before):
                         continue
-                    u = e.entities.get("unit")
+                    u = owned.get(e.id, e).entities.get("unit")   # a unit-less line a unit's process logged: its
                     if u is None or u in units:
                         member_ids.add(e.id)
 
@@ -1052,8 +1054,8 @@ class _Builder:
                 for eid, r in f.roles:
                     roles.setdefault(eid, r)
             ports = {x.unit: f.value for x in cfgs for f in x.flags if f.name == "--port"}
-            events = tuple(explainer.event(e, roles.get(e.id, "context" if is_request_traceback(e.rule, e.fields)
-                                                         else e.role), ports) for e in members)
+            events = tuple(explainer.event(owned.get(e.id, e), roles.get(e.id, "context" if is_request_traceback(
+                e.rule, e.fields) else e.role), ports) for e in members)
             conclusions = tuple(_with_copies(f.conclusion, src.copies, by_loc) for f in ordered)
             symptoms = tuple(sorted(dict.fromkeys(x for f in ordered for x in f.conclusion.explains),
                                     key=lambda x: (by_id[x].t or 0.0, by_id[x].seq) if x in by_id else (0.0, 0)))
@@ -1120,8 +1122,12 @@ def _neighbour(a: _Skeleton | None, b: _Skeleton | None, here: Sequence[EventVie
 
 def _again(root: Finding, heads: Sequence[Finding]) -> str:
     """`, twice` (`, 3 times`) when the root's chain recurs in the incident: another head of its unit and kind
-    (a server that crashed the same way after it came back)."""
-    n = sum(f.conclusion.unit == root.conclusion.unit and f.conclusion.kind == root.conclusion.kind for f in heads)
+    (a server that crashed the same way after it came back), whose cause no head of another chain binds (a kernel
+    OOM kill that names no unit, of a service's process that the service's own chain tells)."""
+    key = (root.conclusion.unit, root.conclusion.kind)
+    others = {x for f in heads if (f.conclusion.unit, f.conclusion.kind) != key for x in f.event_ids}
+    n = sum((f.conclusion.unit, f.conclusion.kind) == key and (f is root or f.conclusion.cause_event not in others)
+            for f in heads)
     return "" if n < 2 else ", twice" if n == 2 else f", {n} times"
 
 
@@ -1142,6 +1148,37 @@ def _model_words(e: EventView) -> list[str]:
     model = flags.get("--model-path") or flags.get("--model") or ""
     model = model.strip().strip("'\"").rstrip("/").lower()
     return [w for w in dict.fromkeys((model, model.rsplit("/", 1)[-1])) if len(w) >= 3]
+
+
+def _pid(e: EventView) -> str | None:
+    p = e.entities.get("pid") or e.pid
+    return str(p) if p is not None else None
+
+
+def pid_kin(owned: Mapping[str, EventView], evs: Sequence[EventView]) -> dict[str, EventView]:
+    """The unit-less lines of a process whose launch configuration a unit owns (`owned`: configuration views with
+    the owner's unit, see `config_owner`), as views with that unit: the same host and pid, from the configuration
+    on until the unit is started again (SGLang's `python3[pid]` journal lines: loading, ready). Keyed by event id."""
+    spans: dict[tuple[str | None, str], list[tuple[float, float, str]]] = {}
+    for cfg in owned.values():
+        pid, unit = _pid(cfg), cfg.entities.get("unit")
+        if pid is None or unit is None or cfg.t is None:
+            continue
+        again = min((e.t for e in evs if e.kind == "service_started" and e.host == cfg.host and e.t is not None
+                     and e.t > cfg.t and e.entities.get("unit") == unit), default=float("inf"))
+        spans.setdefault((cfg.host, pid), []).append((cfg.t, again, unit))
+    out: dict[str, EventView] = {}
+    if not spans:
+        return out
+    for e in evs:
+        if e.t is None or e.entities.get("unit") is not None or e.id in owned:
+            continue
+        pid = _pid(e)
+        for lo, hi, unit in spans.get((e.host, pid), ()) if pid is not None else ():
+            if lo <= e.t < hi:
+                out[e.id] = replace(e, unit=unit, entities={**e.entities, "unit": unit})
+                break
+    return out
 
 
 def config_owner(config: EventView, starts: Sequence[EventView]) -> tuple[EventView, bool] | None:

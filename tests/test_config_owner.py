@@ -103,3 +103,30 @@ def test_a_dump_long_after_any_start_is_owned_by_none(tmp_path: Path) -> None:
     # the llama's dump is owned by none, the coder's by the coder: the report shows the llama's unit-less one
     (cfg,) = inc.configs
     assert cfg.unit is None and "Llama-3.1-70B" in cfg.command
+
+
+def _ready(t: datetime, pid: int) -> str:
+    return _line(t, f"python3[{pid}]", f"[{t:%Y-%m-%d %H:%M:%S}] The server is fired up and ready to roll!")
+
+
+def test_the_owned_processs_other_lines_are_the_units_too(tmp_path: Path) -> None:
+    # after the OOM kill at 12:00:00 systemd starts the llama unit again; its new process (pid 71877) dumps its
+    # configuration and is ready 15 s after the start. The coder's process (61877) is ready too: the coder's line,
+    # not the llama's context; a line of the llama's old pid after the restart (a pid reused) is no unit's.
+    store = _store(tmp_path, "SGLang server (meta-llama/Llama-3.1-70B-Instruct)",
+                   "SGLang server (Qwen/Qwen2.5-Coder-32B-Instruct)")
+    crash = T + timedelta(hours=2)
+    extra = [_start(crash + timedelta(seconds=5), LLAMA, "SGLang server (meta-llama/Llama-3.1-70B-Instruct)"),
+             _dump(crash + timedelta(seconds=7), "meta-llama/Llama-3.1-70B-Instruct", "0.85", 71877),
+             _ready(crash + timedelta(seconds=10), 61877), _ready(crash + timedelta(seconds=20), 71877),
+             _ready(crash + timedelta(seconds=30), 51877)]
+    p = tmp_path / "journal.log"
+    p.write_text("".join(x + "\n" for x in sorted(p.read_text().splitlines() + extra)))
+    (tmp_path / "d").mkdir()
+    store = Store(tmp_path / "d" / "store")
+    ingest(store, [str(p)], IngestOptions())
+    inc = _incident(store)
+    ready = {e.ts[11:19]: e.unit for e in inc.events if e.kind == "server_ready"}
+    assert ready == {"12:00:20": LLAMA, "12:00:30": None}, ready      # the coder's is not this incident's context
+    md = CliRunner().invoke(main, ["--store", str(store.path), "report", "--incident", inc.id]).output
+    assert f"- `{LLAMA}`: started 12:00:05, ready 12:00:20 (15 s to load)." in md, md
