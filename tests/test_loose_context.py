@@ -163,7 +163,7 @@ def test_a_unit_down_twice_is_named_once_in_the_summary_and_its_runs_listed_once
     assert len([x for x in lines if x.startswith("| `sglang.service` |")]) == 2
 
 
-def test_the_headline_names_a_second_cause_of_the_same_server(tmp_path: Path) -> None:
+def _two_causes(tmp_path: Path, nccl_at: str) -> list:
     from test_incidents import store_from_timeline
     tl = tmp_path / "two_causes.yaml"
     tl.write_text(
@@ -173,12 +173,24 @@ def test_the_headline_names_a_second_cause_of_the_same_server(tmp_path: Path) ->
         " free_bytes: 966367641, total_bytes: 191503351808}}\n"
         "  - {at: '12:27:07', kind: child_failed, path: sglang.log}\n"
         "  - {at: '12:28:37', kind: server_ready, path: sglang.log}\n"
-        "  - {at: '12:33:45', kind: nccl_timeout, path: sglang.log, fields: {rank: 5, op: REDUCE_SCATTER,"
+        f"  - {{at: '{nccl_at}', kind: nccl_timeout, path: sglang.log, fields: {{rank: 5, op: REDUCE_SCATTER,"
         " timeout_ms: 600000}}\n"
-        "  - {at: '12:33:46', kind: child_failed, path: sglang.log}\n")
-    (inc,) = build_incidents(store_from_timeline(tmp_path, tl))
+        f"  - {{at: '{nccl_at}', kind: child_failed, path: sglang.log}}\n")
+    return build_incidents(store_from_timeline(tmp_path, tl))
+
+
+def test_the_headline_names_a_second_cause_of_the_same_server(tmp_path: Path) -> None:
+    # the NCCL timeout 2 min after the server was ready again: it had not recovered (incidents.UP_S), one incident
+    (inc,) = _two_causes(tmp_path, "12:30:37")
     assert inc.headline.startswith("CUDA out of memory") and inc.headline.endswith(
         "; then NCCL collective timed out on rank 5"), inc.headline
+
+
+def test_a_second_cause_after_the_server_recovered_is_a_second_incident(tmp_path: Path) -> None:
+    # 5 min 8 s after it was ready again (the corpus's 12:27 CUDA OOM and 12:33 NCCL timeout): two incidents
+    oom, nccl = _two_causes(tmp_path, "12:33:45")
+    assert oom.headline.startswith("CUDA out of memory") and nccl.headline == "NCCL collective timed out on rank 5"
+    assert oom.followed_by is not None and oom.followed_by.incident == nccl.id and nccl.follows.incident == oom.id
 
 
 def test_a_unit_whose_unit_file_runs_sglang_is_tied_as_an_sglang_unit(tmp_path: Path) -> None:
