@@ -97,3 +97,19 @@ def test_one_incident(tmp_path: Path, second: list[str], headline: str) -> None:
     if "twice" in headline:   # the second OOM is read against the restart's flags, the first against the earlier
         first, again = [c for c in incs[0].conclusions if c.kind == "cuda_oom"]
         assert "(--mem-fraction-static 0.8)" in first.statement and "(--mem-fraction-static 0.9)" in again.statement
+
+
+def test_an_sglang_logs_server_is_in_the_impact(tmp_path: Path) -> None:
+    # no systemd unit names the server of a plain SGLang log: its own lines say when it started, was ready and went
+    # down (`Received sigquit from a child process`: the launcher then kills the whole tree)
+    store = _ingest(tmp_path, _nccl("12:33:45"))
+    out = CliRunner().invoke(main, ["--store", store, "report", "--incident", "2025-05-28-sglang-log-cuda-oom"]).output
+    assert ("| `SGLang server (sglang.log)` | 12:27:07 UTC | SGLang: a child process failed (SIGQUIT to the launcher) "
+            "| 12:28:18 UTC | 1 min 11 s |") in out, out
+    assert ("- `SGLang server (sglang.log)`: started 12:20:00, ready 12:20:30 (30 s to load), down 12:27:07 after "
+            "6 min 37 s up; started 12:28:18, ready 12:28:37 (19 s to load).") in out
+    assert "1 service failed on `unknown host (sglang.log)`: `SGLang server (sglang.log)` at 12:27:07 UTC." in out
+    doc = json.loads(CliRunner().invoke(main, ["--store", store, "report", "--incident", "2025-05-28-sglang-log-nccl",
+                                               "--format", "json"]).output)["incidents"][0]
+    assert [(x["unit"], x["down_at"], x["back_at"]) for x in doc["impact"]] == [
+        ("SGLang server (sglang.log)", "2025-05-28T12:33:45.000000Z", None)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import PurePath
 
 from forensics.model import Event, Incident
 from forensics.render.timefmt import parse_ts
@@ -53,11 +54,24 @@ def logs_end(incident: Incident) -> datetime | None:
     return max((e for e in ends if e is not None), default=None)
 
 
-def _runs(events: list[Event]) -> list[Run]:
+# An SGLang log's own server (no systemd unit names it): it starts with its `server_args` dump (then `Load weight
+# begin`), is ready at `The server is fired up and ready to roll!`, and goes down when the launcher receives SIGQUIT
+# from a failed child (`Received sigquit from a child process`: it then kills the whole process tree).
+SERVER_START_KINDS = frozenset({"server_config", "server_start"})
+SERVER_DOWN_KINDS = frozenset({"child_failed"})
+
+
+def server_label(path: str) -> str:
+    """How the impact names the SGLang server of a log that names no unit."""
+    return f"SGLang server ({PurePath(path).name})"
+
+
+def _runs(events: list[Event], starts: frozenset[str] = START_KINDS, downs: frozenset[str] = DOWN_KINDS
+          ) -> list[Run]:
     runs: list[dict[str, object]] = []
     for e in events:
         ts = parse_ts(e.ts)
-        if e.kind in START_KINDS:
+        if e.kind in starts:
             last = runs[-1] if runs else None
             if last is not None and last.get("started") and not last.get("ready") and not last.get("down"):
                 continue          # `Starting X...` then `Started X.`: one start
@@ -68,7 +82,7 @@ def _runs(events: list[Event]) -> list[Run]:
         run = runs[-1]
         if e.kind in READY_KINDS and not run.get("ready") and not run.get("down"):
             run["ready"] = ts
-        elif e.kind in DOWN_KINDS and not run.get("down"):
+        elif e.kind in downs and not run.get("down"):
             run["down"] = ts
             run["down_title"] = e.title
     return [Run(r.get("started"), r.get("ready"), r.get("down"), str(r.get("down_title", "")))  # type: ignore[arg-type]
@@ -76,12 +90,19 @@ def _runs(events: list[Event]) -> list[Run]:
 
 
 def unit_impacts(incident: Incident) -> tuple[UnitImpact, ...]:
+    """Each unit's runs and outages; then, for an SGLang log that names no unit, its server's, under
+    `server_label` (when the server went down in the incident)."""
     end = logs_end(incident)
+    groups: list[tuple[str, list[Event], frozenset[str], frozenset[str]]] = [
+        (unit, [e for e in incident.events if e.unit == unit and e.ts], START_KINDS, DOWN_KINDS)
+        for unit in incident.units]
+    own = [e for e in incident.events if e.unit is None and e.format == "sglang" and e.ts]
+    for path in sorted({e.path for e in own if e.kind in SERVER_DOWN_KINDS}):
+        groups.append((server_label(path), [e for e in own if e.path == path], SERVER_START_KINDS, SERVER_DOWN_KINDS))
     out: list[UnitImpact] = []
-    for unit in incident.units:
-        evs = [e for e in incident.events if e.unit == unit and e.ts]
+    for unit, evs, starts, downs in groups:
         host = next((e.host for e in evs if e.host), None)
-        runs = [r for r in _runs(evs) if r.started or r.ready or r.down]
+        runs = [r for r in _runs(evs, starts, downs) if r.started or r.ready or r.down]
         outages = []
         for i, r in enumerate(runs):
             if r.down is None:
