@@ -4,6 +4,7 @@ times formatted, paths shortened, repeated lines folded. No Markdown or HTML her
 from __future__ import annotations
 
 import re
+import shlex
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -564,13 +565,14 @@ class _Builder:
         return tuple((k, str(env[k])) for k in keys)
 
     def actions(self) -> tuple[ActionView, ...]:
-        seen: set[str] = set()
+        seen: set[object] = set()
         out: list[ActionView] = []
 
         def add(e: Event, about: str) -> None:
             for step in e.next_steps:
-                if step not in seen:
-                    seen.add(step)
+                key = command_key(step)
+                if key not in seen:
+                    seen.add(key)
                     out.append(ActionView(step, about))
 
         for c in self.i.conclusions:
@@ -661,6 +663,31 @@ def unfilled_note(commands: Sequence[str], dated: bool) -> str:
         if n not in _TIME_NAMES:
             parts.append(f"`{{{n}}}`, as {_WHY_UNFILLED.get(n, 'the logs do not give it')}")
     return "Left for you to fill in the commands: " + "; ".join(parts) + "."
+
+
+_OUTPUT_ONLY = ("--no-pager", "-q", "--quiet", "-l", "--full")
+
+
+def command_key(step: str) -> object:
+    """What a next step asks for, to list it once: a `journalctl` command without the options that only change how
+    the same lines print (`-o short-iso-precise`, `--no-pager`), so `journalctl -u X --since A --until B` and the
+    same with `-o short-iso-precise` are one; any other command as written."""
+    if not step.startswith("journalctl "):
+        return step
+    try:
+        words = shlex.split(step)
+    except ValueError:
+        return step
+    out: list[str] = []
+    skip = False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in ("-o", "--output"):
+            skip = True
+        elif not (w in _OUTPUT_ONLY or w.startswith("--output=") or (w.startswith("-o") and len(w) > 2)):
+            out.append(w)
+    return tuple(out)
 
 
 def _and(items: Sequence[str]) -> str:
