@@ -38,11 +38,13 @@ def _nccl(at: str) -> list[str]:
 
 
 def _log(tmp: Path, second: list[str]) -> Path:
-    lines = [f"[2025-05-28 12:20:00] {ARGS}", "[2025-05-28 12:20:30] The server is fired up and ready to roll!",
+    lines = [f"[2025-05-28 12:20:00] {ARGS}", "[2025-05-28 12:20:05 TP0] Load weight begin. avail mem=77.89 GB",
+             "[2025-05-28 12:20:30] The server is fired up and ready to roll!",
              "[2025-05-28 12:25:00 TP0] Decode batch. #running-req: 37, #token: 69708, token usage: 0.28, "
              "cuda graph: True, gen throughput (token/s): 1274.65, #queue-req: 13",
              *_cuda_oom("12:27:07", 5),
-             f"[2025-05-28 12:28:18] {RESTART_ARGS}", "[2025-05-28 12:28:37] The server is fired up and ready to roll!",
+             f"[2025-05-28 12:28:18] {RESTART_ARGS}", "[2025-05-28 12:28:24 TP0] Load weight begin. avail mem=75.54 GB",
+             "[2025-05-28 12:28:37] The server is fired up and ready to roll!",
              *second]
     p = tmp / "sglang.log"
     p.write_text("".join(x + "\n" for x in lines))
@@ -105,9 +107,9 @@ def test_an_sglang_logs_server_is_in_the_impact(tmp_path: Path) -> None:
     store = _ingest(tmp_path, _nccl("12:33:45"))
     out = CliRunner().invoke(main, ["--store", store, "report", "--incident", "2025-05-28-sglang-log-cuda-oom"]).output
     assert ("| `SGLang server (sglang.log)` | 12:27:07 UTC | SGLang: a child process failed (SIGQUIT to the launcher) "
-            "| 12:28:18 UTC | 1 min 11 s |") in out, out
-    assert ("- `SGLang server (sglang.log)`: started 12:20:00, ready 12:20:30 (30 s to load), down 12:27:07 after "
-            "6 min 37 s up; started 12:28:18, ready 12:28:37 (19 s to load).") in out
+            "| 12:28:24 UTC | 1 min 17 s |") in out, out
+    assert ("- `SGLang server (sglang.log)`: started 12:20:05, ready 12:20:30 (25 s to load), down 12:27:07 after "
+            "6 min 37 s up; started 12:28:24, ready 12:28:37 (13 s to load).") in out
     assert "1 service failed on `unknown host (sglang.log)`: `SGLang server (sglang.log)` at 12:27:07 UTC." in out
     doc = json.loads(CliRunner().invoke(main, ["--store", store, "report", "--incident", "2025-05-28-sglang-log-nccl",
                                                "--format", "json"]).output)["incidents"][0]

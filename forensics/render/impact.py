@@ -54,10 +54,11 @@ def logs_end(incident: Incident) -> datetime | None:
     return max((e for e in ends if e is not None), default=None)
 
 
-# An SGLang log's own server (no systemd unit names it): it starts with its `server_args` dump (then `Load weight
-# begin`), is ready at `The server is fired up and ready to roll!`, and goes down when the launcher receives SIGQUIT
-# from a failed child (`Received sigquit from a child process`: it then kills the whole process tree).
-SERVER_START_KINDS = frozenset({"server_config", "server_start"})
+# An SGLang log's own server (no systemd unit names it): it starts loading (`Load weight begin` of rank 0; not its
+# `server_args` dump, which an incident cites from hours before, without the lines around it), is ready at `The
+# server is fired up and ready to roll!`, and goes down when the launcher receives SIGQUIT from a failed child
+# (`Received sigquit from a child process`: it then kills the whole process tree).
+SERVER_START_KINDS = frozenset({"server_start"})
 SERVER_DOWN_KINDS = frozenset({"child_failed"})
 
 
