@@ -34,7 +34,8 @@ def register(group: click.Group) -> None:
     def incidents(ctx: click.Context, spec: str | None, date: str | None, gap: float, as_json: bool) -> None:
         """List incidents: significant events grouped per host, with their root cause.
 
-        SPEC selects incidents by full id, unique id prefix, or date (YYYY-MM-DD)."""
+        SPEC selects incidents by full id, unique id prefix, date (YYYY-MM-DD), or `undated` (those with no
+        wall-clock time)."""
         from .configreview import KnowledgeError
         from .correlate import CorrelationError
         from .rulepacks import RulePackError

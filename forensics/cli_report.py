@@ -53,7 +53,8 @@ def _write(text: str, output: Path | None) -> None:
 
 @click.command("report")
 @click.option("--incident", "spec", required=True, metavar="ID|PREFIX|DATE",
-              help="The incident: its id, a unique prefix of it, or a date (YYYY-MM-DD) for every incident that day.")
+              help="The incident: its id, a unique prefix of it, a date (YYYY-MM-DD) for every incident that day, "
+                   "or `undated` for every incident with no wall-clock time.")
 @click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True,
               help="Markdown (GitHub/GitLab/Jira), one self-contained HTML file, or JSON (schema_version 1).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,

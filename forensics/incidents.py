@@ -1325,11 +1325,17 @@ def build_incidents(store, gap_minutes: float = DEFAULT_GAP_MINUTES, *,  # noqa:
 
 
 def select_incidents(incidents: Sequence[Incident], spec: str) -> list[Incident]:
-    """A full id, a unique id prefix, or a date (YYYY-MM-DD: every incident that starts that day, in order)."""
+    """A full id, a unique id prefix, a date (YYYY-MM-DD: every incident that starts that day, in order), or
+    `undated`: every incident with no wall-clock time (kernel seconds no boot time anchors)."""
     spec = spec.strip()
     exact = [i for i in incidents if i.id == spec]
     if exact:
         return exact
+    if spec == UNDATED_SPEC:
+        undated = [i for i in incidents if i.start is None]
+        if undated:
+            return undated
+        raise IncidentNotFound(f"no undated incident; {_existing(incidents)}")
     if _DATE.match(spec):
         check_date(spec)
         day = [i for i in incidents if (i.start or i.id)[:10] == spec]
@@ -1341,8 +1347,12 @@ def select_incidents(incidents: Sequence[Incident], spec: str) -> list[Incident]
         return pref
     if len(pref) > 1:
         raise IncidentNotFound(f"'{spec}' matches {len(pref)} incidents ({', '.join(i.id for i in pref[:10])}); "
-                               "give more of the id, or a date")
+                               "give more of the id, or a date" + (" (or `undated` for every undated incident)"
+                                                                   if all(i.start is None for i in pref) else ""))
     raise IncidentNotFound(f"no incident '{spec}'; {_existing(incidents)}")
+
+
+UNDATED_SPEC = "undated"
 
 
 def check_date(spec: str) -> None:

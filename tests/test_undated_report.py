@@ -70,3 +70,16 @@ def test_unfilled_note_names_only_placeholders() -> None:
         "Left for you to fill in the commands: `{since}`, as the line they are about has no wall-clock time; "
         "`{host}`, as no ingested line names the host.")
     assert "`{killed.unit}`, as the logs do not give it" in unfilled_note(["journalctl -u {killed.unit}"], True)
+
+
+def test_undated_selects_every_undated_incident(tmp_path: Path) -> None:
+    other = [x.replace("gpu-f51", "gpu-g08") for x in BOOT]     # a second machine's boot in the same dmesg
+    lines = (BOOT + _oom("843.067209", 2362, "/user.slice/user-1000.slice/session-2362.scope")
+             + other + _oom("17893.292639", 41700, "/system.slice/sglang-deepseek-v3.service"))
+    md = _report(tmp_path, lines, "--incident", "undated")
+    assert md.startswith("# 2 incidents, undated\n"), md[:100]
+    r = CliRunner().invoke(main, ["--store", str(tmp_path / "store"), "report", "--incident", "undated-gpu"])
+    assert r.exit_code != 0 and "(or `undated` for every undated incident)" in r.output, r.output
+    r = CliRunner().invoke(main, ["--store", str(tmp_path / "store"), "incidents", "undated"])
+    assert [x.split("\t")[0] for x in r.output.splitlines()] == ["undated-gpu-f51-session-2362",
+                                                                 "undated-gpu-g08-sglang-deepseek-v3"], r.output

@@ -718,8 +718,10 @@ def build_view(data: ReportData, options: ReportOptions, *, redacted: bool, svg_
     if len(incidents) == 1:
         title = incidents[0].headline
     else:
-        dates = sorted({v.date for v in incidents})
-        span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+        dates = sorted({v.date for v in incidents if v.date != UNDATED})
+        span = (dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}") if dates else ""
+        if any(v.date == UNDATED for v in incidents):
+            span = f"{span} and undated" if span else "undated"
         title = f"{len(incidents)} incidents, {span}" if incidents else "No incidents"
     return ReportView(title=title, single=len(incidents) == 1, incidents=incidents, tz=options.tz,
                       zone_is_utc=clock.is_utc, tool_version=data.tool_version, rulepacks=data.rulepacks,
