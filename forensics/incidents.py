@@ -328,16 +328,17 @@ STARTS = ("service_started", "server_start")
 UP_S = 180.0   # a server that failed, came back ready and served this long had recovered (see `recovered`)
 
 
-def _server_back(cur: Sequence[EventView], e: EventView, readies: Sequence[EventView]) -> bool:
+def _server_back(cur: Sequence[EventView], e: EventView, readies: Sequence[EventView], times: Sequence[float]
+                 ) -> bool:
     """Whether a server that failed in `cur` (the same unit; an SGLang log's unit-less lines, the same file) logged
     `server_ready` after `cur`'s last event and then served UP_S or more before `e`. `readies`: the host's timed
-    `server_ready` events, in time order."""
+    `server_ready` events, in time order, and `times` their times."""
     last = cur[-1].t
     if e.t - last <= UP_S:
         return False
     units = {x.entities.get("unit") for x in cur}
     paths = {x.path for x in cur if x.entities.get("unit") is None}
-    for r in readies[bisect_right([x.t for x in readies], last):]:
+    for r in readies[bisect_right(times, last):]:
         if r.t > e.t - UP_S:
             break
         u = r.entities.get("unit")
@@ -355,9 +356,10 @@ def recovered(evs: Sequence[EventView], readies: Sequence[EventView]) -> list[li
     """A host's significant events of one stretch (time order), cut where a server that had failed came back
     ready and served UP_S or more before the next (`_server_back`), unless what follows is the same failure again
     (its causes' kinds are among those before: a failure that recurs stays one incident, "twice")."""
+    times = [x.t for x in readies]
     parts: list[list[EventView]] = [[evs[0]]]
     for e in evs[1:]:
-        if _server_back(parts[-1], e, readies):
+        if _server_back(parts[-1], e, readies, times):
             parts.append([e])
         else:
             parts[-1].append(e)
