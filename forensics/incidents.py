@@ -1161,14 +1161,21 @@ def pid_kin(owned: Mapping[str, EventView], evs: Sequence[EventView]) -> dict[st
     """The unit-less lines of a process whose launch configuration a unit owns (`owned`: configuration views with
     the owner's unit, see `config_owner`), as views with that unit: the same host and pid, from the configuration
     on until the unit is started again (SGLang's `python3[pid]` journal lines: loading, ready). Keyed by event id."""
+    starts: dict[tuple[str | None, str], list[float]] = {}
+    for e in evs:
+        u = e.entities.get("unit")
+        if e.kind == "service_started" and e.t is not None and u is not None:
+            starts.setdefault((e.host, u), []).append(e.t)
+    for ts in starts.values():
+        ts.sort()
     spans: dict[tuple[str | None, str], list[tuple[float, float, str]]] = {}
     for cfg in owned.values():
         pid, unit = _pid(cfg), cfg.entities.get("unit")
         if pid is None or unit is None or cfg.t is None:
             continue
-        again = min((e.t for e in evs if e.kind == "service_started" and e.host == cfg.host and e.t is not None
-                     and e.t > cfg.t and e.entities.get("unit") == unit), default=float("inf"))
-        spans.setdefault((cfg.host, pid), []).append((cfg.t, again, unit))
+        ts = starts.get((cfg.host, unit), [])
+        k = bisect_right(ts, cfg.t)
+        spans.setdefault((cfg.host, pid), []).append((cfg.t, ts[k] if k < len(ts) else float("inf"), unit))
     out: dict[str, EventView] = {}
     if not spans:
         return out
