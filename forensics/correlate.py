@@ -77,8 +77,9 @@ STANDARD_NAMES = ("host", "unit", "since", "until", "coverage", "anchor", "cause
 
 PACK_KEYS = ("pack", "description", "correlations")
 CORR_KEYS = ("id", "title", "description", "kind", "confidence", "priority", "group", "fold", "suspected", "anchor",
-             "cause", "ordered", "slack", "window", "join", "steps", "explains", "roles", "coverage", "against", "downgrade",
-             "headline", "statement", "fold_statement", "alternatives", "next_steps", "references", "fixtures")
+             "cause", "ordered", "slack", "window", "join", "steps", "explains", "exclusive", "roles", "coverage",
+             "against", "downgrade", "headline", "statement", "fold_statement", "alternatives", "next_steps",
+             "references", "fixtures")
 CORR_REQUIRED = ("id", "title", "confidence", "anchor", "cause", "window", "steps", "statement", "fixtures")
 STEP_KEYS = ("name", "kind", "where", "where_not", "min", "collect", "within", "join", "distinct", "min_distinct",
              "unique", "untimed")
@@ -219,6 +220,7 @@ class Correlation:
     slack: float = 1.0                 # ordered steps may be out of order by this much (sources' precision)
     join: Join = Join()
     explains: tuple[str, ...] = ()
+    exclusive: tuple[str, ...] = ()    # steps whose events serve one firing among the correlations that say so
     roles: tuple[tuple[str, str], ...] = ()
     coverage: tuple[tuple[str, str], ...] = ()
     against: tuple[Against, ...] = ()
@@ -654,6 +656,12 @@ class _Reader:
                 self.add(m["explains"], f"explains of {owner}: no step '{e}'")
             elif e == cause and not suspected:
                 self.add(m["explains"], f"explains of {owner}: '{e}' is the cause; a cause does not explain itself")
+        exclusive = self.strings(m["exclusive"], f"exclusive of {owner}") if "exclusive" in m else ()
+        for e in exclusive:
+            if e not in names:
+                self.add(m["exclusive"], f"exclusive of {owner}: no step '{e}'")
+            elif e == anchor:
+                self.add(m["exclusive"], f"exclusive of {owner}: '{e}' is the anchor, which serves one firing anyway")
         roles: list[tuple[str, str]] = []
         if "roles" in m:
             for sname, rnode in (self.mapping(m["roles"], f"roles of {owner}") or {}).items():
@@ -703,7 +711,8 @@ class _Reader:
             steps=tuple(steps), statement=statement, pack=pack, location=self.loc(node), description=desc,
             kind=kind, priority=prio or 0, group=group, fold=fold, suspected=suspected, ordered=ordered,
             slack=slack if slack is not None else 1.0, join=join,
-            explains=tuple(e for e in explains if e in names and (e != cause or suspected)), roles=tuple(roles),
+            explains=tuple(e for e in explains if e in names and (e != cause or suspected)),
+            exclusive=tuple(e for e in exclusive if e in names and e != anchor), roles=tuple(roles),
             coverage=tuple(coverage), against=tuple(against), downgrade=downgrade, headline=headline or "",
             fold_statement=fold_stmt or "", alternatives=alts, next_steps=steps_t, references=refs,
             fixtures=fixtures)
@@ -1791,8 +1800,8 @@ def _fold_into(target: Finding, f: Finding, fold_statement: str) -> Finding:
 
 def resolve(matches: Sequence[Match]) -> list[Finding]:
     """Matches -> findings: exclusive groups first, then folds (see the module docstring)."""
-    order = sorted(matches, key=lambda m: (-m.correlation.priority, m.anchor.t is None, m.anchor.t or 0.0,
-                                           m.anchor.seq, m.correlation.id))
+    order = _exclusive(sorted(matches, key=lambda m: (-m.correlation.priority, m.anchor.t is None,
+                                                      m.anchor.t or 0.0, m.anchor.seq, m.correlation.id)))
     kept: list[tuple[Match, Finding]] = []
     claimed: dict[tuple[str, str], int] = {}          # (group, anchor id) -> index in kept
     for m in order:
@@ -1850,6 +1859,24 @@ def resolve(matches: Sequence[Match]) -> list[Finding]:
         index(target, primaries[target][1].conclusion)
     out = _one_per_cause([f for _, f in primaries])
     out.sort(key=lambda f: (f.t is None, f.t if f.t is not None else 0.0, -f.priority, f.rules[0], f.anchor))
+    return out
+
+
+def _exclusive(order: Sequence[Match]) -> list[Match]:
+    """`order` (by priority) without the matches that bind, in an `exclusive` step, an event a match before them
+    bound in one at another anchor: one SGLang child's failure (`Received sigquit`) ends one server, so once the
+    unit that runs SGLang is tied to it, a unit that merely ended seconds later is not tied to it too."""
+    taken: dict[str, str] = {}            # event id -> the anchor of the match that took it
+    out: list[Match] = []
+    for m in order:
+        ex = m.correlation.exclusive
+        if ex:
+            ids = [e.id for name, evs in m.bound if name in ex for e in evs]
+            if any(taken.get(x, m.anchor.id) != m.anchor.id for x in ids):
+                continue
+            for x in ids:
+                taken.setdefault(x, m.anchor.id)
+        out.append(m)
     return out
 
 

@@ -173,3 +173,16 @@ def test_a_where_value_with_a_star_is_a_pattern_of_any_case(tmp_path: Path, fixt
     neg = load_correlations([_write(tmp_path, GOOD.replace("where: {signal: KILL}", "where_not: {unit: '*SGLANG*'}"))],
                             builtin=False, fixture_dir=fixture_dir)[0].step("killed").where
     assert sorted(str(e.unit) for e in evs if _where_ok(e, neg)) == ["None", "a.service", "nfs-idmapd.service"]
+
+
+def test_exclusive_names_steps_other_than_the_anchor(tmp_path: Path, fixture_dir: Path) -> None:
+    good = GOOD.replace("    explains: [killed]\n", "    explains: [killed]\n    exclusive: [oom]\n")
+    (c,) = load_correlations([_write(tmp_path, good)], builtin=False, fixture_dir=fixture_dir)
+    assert c.exclusive == ("oom",)
+    bad = GOOD.replace("    explains: [killed]\n", "    explains: [killed]\n    exclusive: [killed, nope]\n")
+    (tmp_path / "b").mkdir()
+    with pytest.raises(CorrelationError) as ei:
+        load_correlations([_write(tmp_path / "b", bad)], builtin=False, fixture_dir=fixture_dir)
+    text = str(ei.value)
+    assert "exclusive of correlation 'mine.oom': 'killed' is the anchor, which serves one firing anyway" in text
+    assert "exclusive of correlation 'mine.oom': no step 'nope'" in text
