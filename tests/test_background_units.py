@@ -166,3 +166,12 @@ def test_a_request_traceback_nothing_binds_is_context_and_no_key_line(tmp_path: 
     assert row.endswith("| context |")
     key = md.split("## What the key lines reveal", 1)[1].split("\n## ", 1)[0]
     assert "JSONDecodeError" not in key and "OOM killer" in key
+
+
+def test_a_routine_units_many_failures_in_the_window_are_listed_five_at_most(tmp_path: Path) -> None:
+    store = _store(tmp_path, sorted(EVERY_15_MIN + [5.0, 15.0, 25.0, 35.0, 45.0, 55.0, 70.0]))
+    inc = _only(store)
+    assert OTHER not in inc.units and [b.unit for b in inc.background] == [OTHER]
+    md = CliRunner().invoke(main, ["--store", str(store.path), "report", "--incident", inc.id]).output
+    assert (f"**Not counted: `{OTHER}`.** It failed in the window at 12:00:05 UTC, 12:00:15 UTC, 12:00:25 UTC, "
+            "12:00:35 UTC and 3 more times (") in md, md

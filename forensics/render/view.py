@@ -396,7 +396,9 @@ class _Builder:
         evs = sorted(b.evidence, key=lambda ev: (ev.ts or "", ev.path, ev.line))
         times = list(dict.fromkeys(f"{self.clock.utc_text(parse_ts(ev.ts), self.utc_dates)} UTC"
                                    for ev in evs if ev.ts))
-        when = _and(times) if times else "—"
+        shown = times if len(times) <= BACKGROUND_TIMES else [*times[:BACKGROUND_TIMES - 1],
+                                                               f"{len(times) - BACKGROUND_TIMES + 1} more times"]
+        when = _and(shown) if times else "—"
         where = self.where_many([ev for ev in evs if ev.line > 0])
         first, last = parse_ts(b.first_before), parse_ts(b.last_before)
         dates = first is not None and last is not None and first.date() != last.date()
@@ -639,6 +641,7 @@ class _Builder:
                                    i.start is not None))
 
 
+BACKGROUND_TIMES = 5          # a unit failing routinely: the times of its failures in the window listed, at most
 UNDATED = "an unknown date"   # an incident's date when none of its lines has a wall-clock time
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)\}")
 _TIME_NAMES = ("since", "until", "window_start", "window_end", "ts")
