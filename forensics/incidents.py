@@ -1135,13 +1135,14 @@ def _again(root: Finding, heads: Sequence[Finding]) -> str:
 
 def _then(root: Finding, heads: Sequence[Finding], most: int = 2) -> list[str]:
     """The headlines of the other chains a headline adds after the root's (`; then ...`): of another unit or
-    another cause, the first `most` different ones, each once (`... (twice)` when it recurs)."""
-    counts: dict[str, int] = {}
+    another cause, the first `most` different ones, each once, by its first headline (`... (twice)` when the same
+    unit fails of the same kind again, its figures perhaps other: a CUDA OOM on GPU 2, then on GPU 4)."""
+    counts: dict[tuple[str | None, str], list] = {}      # (unit, kind) -> [the first's headline, how many]
     for f in heads:
         if f.conclusion.unit != root.conclusion.unit or f.conclusion.kind != root.conclusion.kind:
-            counts[f.headline] = counts.get(f.headline, 0) + 1
+            counts.setdefault((f.conclusion.unit, f.conclusion.kind), [f.headline, 0])[1] += 1
     times = {2: " (twice)"}
-    return [h + times.get(n, f" ({n} times)" if n > 2 else "") for h, n in list(counts.items())[:most]]
+    return [h + times.get(n, f" ({n} times)" if n > 2 else "") for h, n in list(counts.values())[:most]]
 
 
 def _model_words(e: EventView) -> list[str]:

@@ -115,3 +115,25 @@ def test_an_sglang_logs_server_is_in_the_impact(tmp_path: Path) -> None:
                                                "--format", "json"]).output)["incidents"][0]
     assert [(x["unit"], x["down_at"], x["back_at"]) for x in doc["impact"]] == [
         ("SGLang server (sglang.log)", "2025-05-28T12:33:45.000000Z", None)]
+
+
+def test_a_recurring_chain_is_named_once(tmp_path: Path) -> None:
+    # a CUDA OOM on GPU 5, then (the server ready again 70 s before: not recovered) an NCCL timeout, and after a
+    # recovery the same CUDA OOM on GPU 6: one incident, the OOM named once, twice
+    second = [*_nccl("12:29:47"), "[2025-05-28 12:30:00] server_args=ServerArgs(model_path='meta-llama/Llama-3.1-8B-"
+              "Instruct', tp_size=8, mem_fraction_static=0.8, port=30000)",
+              "[2025-05-28 12:30:20] The server is fired up and ready to roll!", *_cuda_oom("12:36:00", 6)]
+    incs = build_incidents(Store(_ingest(tmp_path, second)))
+    assert [i.headline for i in incs] == [
+        "CUDA out of memory (--mem-fraction-static 0.8, GPU 5), twice; then NCCL collective timed out on rank 5"]
+    # a later chain of one unit and kind is named once, by its first headline, whatever its figures
+    from types import SimpleNamespace as NS
+
+    from forensics.incidents import _then
+
+    def head(kind: str, headline: str) -> NS:
+        return NS(conclusion=NS(unit="x.service", kind=kind), headline=headline)
+
+    root = head("nccl_timeout", "x.service crashed: NCCL")
+    assert _then(root, [head("cuda_oom", "CUDA OOM (GPU 2)"), head("cuda_oom", "CUDA OOM (GPU 4)"),
+                        head("cuda_oom", "CUDA OOM (GPU 2)")]) == ["CUDA OOM (GPU 2) (3 times)"]
