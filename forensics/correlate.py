@@ -1625,9 +1625,20 @@ def human_seconds(s: float) -> str:
     return f"{h} h {m} min" if m else f"{h} h"
 
 
+_CONTAINER_SCOPE = re.compile(r"^(?:docker|cri-containerd|crio|libpod)-([0-9a-f]{64})\.scope$")
+
+
+def unit_label(unit: str) -> str:
+    """A unit as a headline names it: a container's scope (`docker-<64 hex>.scope`, containerd's, CRI-O's,
+    podman's) as `container <12 hex>`, the id `docker ps` shows; any other unit as it is."""
+    m = _CONTAINER_SCOPE.match(unit)
+    return f"container {m.group(1)[:12]}" if m else unit
+
+
 def step_values(evs: Sequence[EventView], anchor: EventView, distinct: str | None = None) -> dict[str, Any]:
     """The placeholders of one step: the first event's fields and columns, plus `count`, `time`, `ago`,
-    `where` (path:line), `all_<field>` (the distinct values over the step's events) and `distinct_values`."""
+    `where` (path:line), `unit_label` (`unit_label`), `all_<field>` (the distinct values over the step's events)
+    and `distinct_values`."""
     if not evs:
         return {}
     e = evs[0]
@@ -1637,6 +1648,8 @@ def step_values(evs: Sequence[EventView], anchor: EventView, distinct: str | Non
     for k, v in e.entities.items():
         vals.setdefault(k, v)
     vals["id"] = e.id
+    if vals.get("unit") is not None:
+        vals["unit_label"] = unit_label(str(vals["unit"]))
     vals["count"] = len(evs)
     vals["where"] = f"{e.path}:{e.line}"
     vals["first_line"] = e.message.split("\n", 1)[0]

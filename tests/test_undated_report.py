@@ -83,3 +83,15 @@ def test_undated_selects_every_undated_incident(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["--store", str(tmp_path / "store"), "incidents", "undated"])
     assert [x.split("\t")[0] for x in r.output.splitlines()] == ["undated-gpu-f51-session-2362",
                                                                  "undated-gpu-g08-sglang-deepseek-v3"], r.output
+
+
+def test_a_containers_scope_is_named_by_its_short_id(tmp_path: Path) -> None:
+    cid = "8cfee7de8229361708802a421b47604b18aa21e7f39adba9dc3f4b156ca2c566"
+    md = _report(tmp_path, BOOT + _oom("843.067209", 41813, f"/system.slice/docker-{cid}.scope"),
+                 "--incident", "undated")
+    assert md.startswith("# kernel OOM killer killed pid 41813 (python3) on gpu-f51 (in container 8cfee7de8229)\n")
+    assert f"docker-{cid}.scope" in md        # the timeline and the evidence keep the unit whole
+    from forensics.correlate import unit_label
+    assert [unit_label(u) for u in (f"cri-containerd-{cid}.scope", f"libpod-{cid}.scope", "sglang.service",
+                                    f"docker-{cid[:12]}.scope")] == [
+        "container 8cfee7de8229", "container 8cfee7de8229", "sglang.service", f"docker-{cid[:12]}.scope"]
