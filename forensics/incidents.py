@@ -81,6 +81,7 @@ from .model import (Background, Conclusion, Confidence, Event, Evidence, Gap, In
 DEFAULT_GAP_MINUTES = 15.0
 REPEAT_MIN = 5                         # loose lines of one rule in an incident: from this many, one timeline row
 REPEAT_AROUND_S = 3 * 3600.0           # ... whose rate is compared with the kind's in this long before and after
+UNDATED_SPEC = "undated"               # an incident with no wall-clock time: its id's first word, and the spec for all
 OWNER_S = 120.0                        # a configuration naming no unit: a unit's when logged this soon after its start
 ROUTINE_MIN = 5                        # a unit's failures in the REPEAT_AROUND_S before an incident: it fails routinely
 UNDATED_LINES = 500                    # untimed significant events this close in one source: one incident
@@ -356,6 +357,8 @@ def recovered(evs: Sequence[EventView], readies: Sequence[EventView]) -> list[li
     """A host's significant events of one stretch (time order), cut where a server that had failed came back
     ready and served UP_S or more before the next (`_server_back`), unless what follows is the same failure again
     (its causes' kinds are among those before: a failure that recurs stays one incident, "twice")."""
+    if not readies:
+        return [list(evs)]
     times = [x.t for x in readies]
     parts: list[list[EventView]] = [[evs[0]]]
     for e in evs[1:]:
@@ -720,10 +723,8 @@ class _Skeleton:
     end: str | None
     headline: str
     background: tuple[Background, ...] = ()
-    after: float | None = None                # the previous incident of the host ends then: its lines are not context
-    before: float | None = None               # the next incident of the host begins then
-    prev: _Skeleton | None = None             # the previous incident of the host, when it ended within the gap
-    next: _Skeleton | None = None             # the next, when it began within the gap
+    prev: _Skeleton | None = None             # the host's incident before it: its lines are not its context
+    next: _Skeleton | None = None             # the host's incident after it
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -893,7 +894,7 @@ class _Builder:
             start = datetime.fromtimestamp(t0, timezone.utc) if t0 is not None else None
             end = datetime.fromtimestamp(t1, timezone.utc) if t1 is not None else None
             lead_unit = root.conclusion.unit or (units[0] if units else None)
-            ident = (f"{start:%Y-%m-%d}" if start else "undated") + f"-{_host_slug(c.host)}-" + (
+            ident = (f"{start:%Y-%m-%d}" if start else UNDATED_SPEC) + f"-{_host_slug(c.host)}-" + (
                 _slug(_unit_stem(lead_unit)) if lead_unit else _slug(root.conclusion.kind))
             # the other chains: of another unit, or another cause (an NCCL timeout after a CUDA OOM in one SGLang log)
             headline = root.headline + _again(root, heads) + "".join(f"; then {h}" for h in _then(root, heads[1:]))
@@ -905,10 +906,8 @@ class _Builder:
         for sk in sorted((x for x in skels if x.t0 is not None and x.t1 is not None),
                          key=lambda x: (x.cluster.host, x.t0, x.id)):
             prev = last.get(sk.cluster.host)
-            if prev is not None:     # the lines of one incident are not the context of its neighbour
-                sk.after, prev.before = prev.t1, sk.t0
-                if sk.t0 - prev.t1 <= self.gap_s:   # kept apart only because its server had recovered
-                    sk.prev, prev.next = prev, sk
+            if prev is not None:
+                sk.prev, prev.next = prev, sk
             last[sk.cluster.host] = sk
         seen: dict[str, int] = {}
         for sk in skels:
@@ -1001,10 +1000,9 @@ class _Builder:
                                else _Explainer(self.store.cache_dir))
         explainer = self._explainer
         out: list[Incident] = []
-        owned, owner_notes = self._config_owners([e for h in sorted({sk.cluster.host for sk in skels})
-                                                  for e in host_evs.get(h, []) if e.kind == "server_config"])
-        owned = {**owned, **pid_kin(owned, [e for h in sorted({sk.cluster.host for sk in skels})
-                                            for e in host_evs.get(h, [])])}
+        theirs = [e for h in sorted({sk.cluster.host for sk in skels}) for e in host_evs.get(h, [])]
+        owned, owner_notes = self._config_owners([e for e in theirs if e.kind == "server_config"])
+        owned = {**owned, **pid_kin(owned, theirs)}
         for sk in skels:
             c, ordered, units, t0, t1 = sk.cluster, sk.ordered, sk.units, sk.t0, sk.t1
             here = host_evs.get(c.host, [])
@@ -1017,10 +1015,10 @@ class _Builder:
                     timed[c.host] = ([e.t for e in tl], tl)  # type: ignore[misc]
                 ts, tl = timed[c.host]
                 for e in tl[bisect_left(ts, lo):bisect_right(ts, hi)]:
-                    if e.id in member_ids or (sk.after is not None and e.t <= sk.after) or (
-                            sk.before is not None and e.t >= sk.before):
+                    if e.id in member_ids or (sk.prev is not None and e.t <= sk.prev.t1) or (
+                            sk.next is not None and e.t >= sk.next.t0):   # a neighbour's lines are not context
                         continue
-                    u = owned.get(e.id, e).entities.get("unit")   # a unit-less line a unit's process logged: its
+                    u = owned.get(e.id, e).entities.get("unit")   # a unit-less line of a unit's process: the unit's
                     if u is None or u in units:
                         member_ids.add(e.id)
 
@@ -1070,8 +1068,8 @@ class _Builder:
                 id=sk.id, start=sk.start, end=sk.end, hosts=(c.host,), units=tuple(units), headline=sk.headline,
                 root_cause=conclusions[0], conclusions=conclusions, events=events, symptoms=symptoms, configs=cfgs,
                 environment=fp.as_dict(), gaps=tuple(gaps), sources=_source_infos(self.prep, c.host),
-                repeats=repeats, background=sk.background, follows=_neighbour(sk.prev, sk, here, True),
-                followed_by=_neighbour(sk, sk.next, here, False)))
+                repeats=repeats, background=sk.background, follows=_neighbour(sk.prev, sk, here, gap_s, True),
+                followed_by=_neighbour(sk, sk.next, here, gap_s, False)))
         return out
 
 
@@ -1110,11 +1108,12 @@ def _split_background(c: _Cluster, found: Sequence[Finding], times: _Times
     return [f for f in found if id(f) not in left], tuple(out)
 
 
-def _neighbour(a: _Skeleton | None, b: _Skeleton | None, here: Sequence[EventView], before: bool
+def _neighbour(a: _Skeleton | None, b: _Skeleton | None, here: Sequence[EventView], gap_s: float, before: bool
                ) -> Neighbour | None:
-    """Of two incidents of a host told apart at a recovery (`a` ended, the server was ready again, `b` began), the
-    other one: `a` when `before`, else `b`; with the time of the server's first `server_ready` in between."""
-    if a is None or b is None or a.t1 is None or b.t0 is None:
+    """Of two successive incidents of a host, `a` then `b`, less than `gap_s` apart (so told apart only because
+    the server had recovered in between), the other one: `a` when `before`, else `b`; with the time of the
+    server's first `server_ready` in between."""
+    if a is None or b is None or a.t1 is None or b.t0 is None or b.t0 - a.t1 > gap_s:
         return None
     ready = min((e for e in here if e.kind == "server_ready" and e.t is not None and a.t1 < e.t < b.t0),
                 key=lambda e: (e.t, e.seq), default=None)
@@ -1122,14 +1121,18 @@ def _neighbour(a: _Skeleton | None, b: _Skeleton | None, here: Sequence[EventVie
                      ready=iso(ready.ts) if ready is not None else None)
 
 
+def _chain(f: Finding) -> tuple[str | None, str]:
+    """What makes two heads one chain in a headline: the unit and the kind of cause."""
+    return f.conclusion.unit, f.conclusion.kind
+
+
 def _again(root: Finding, heads: Sequence[Finding]) -> str:
     """`, twice` (`, 3 times`) when the root's chain recurs in the incident: another head of its unit and kind
     (a server that crashed the same way after it came back), whose cause no head of another chain binds (a kernel
     OOM kill that names no unit, of a service's process that the service's own chain tells)."""
-    key = (root.conclusion.unit, root.conclusion.kind)
-    others = {x for f in heads if (f.conclusion.unit, f.conclusion.kind) != key for x in f.event_ids}
-    n = sum((f.conclusion.unit, f.conclusion.kind) == key and (f is root or f.conclusion.cause_event not in others)
-            for f in heads)
+    key = _chain(root)
+    others = {x for f in heads if _chain(f) != key for x in f.event_ids}
+    n = sum(_chain(f) == key and (f is root or f.conclusion.cause_event not in others) for f in heads)
     return "" if n < 2 else ", twice" if n == 2 else f", {n} times"
 
 
@@ -1139,8 +1142,8 @@ def _then(root: Finding, heads: Sequence[Finding], most: int = 2) -> list[str]:
     unit fails of the same kind again, its figures perhaps other: a CUDA OOM on GPU 2, then on GPU 4)."""
     counts: dict[tuple[str | None, str], list] = {}      # (unit, kind) -> [the first's headline, how many]
     for f in heads:
-        if f.conclusion.unit != root.conclusion.unit or f.conclusion.kind != root.conclusion.kind:
-            counts.setdefault((f.conclusion.unit, f.conclusion.kind), [f.headline, 0])[1] += 1
+        if _chain(f) != _chain(root):
+            counts.setdefault(_chain(f), [f.headline, 0])[1] += 1
     times = {2: " (twice)"}
     return [h + times.get(n, f" ({n} times)" if n > 2 else "") for h, n in list(counts.values())[:most]]
 
@@ -1360,9 +1363,6 @@ def select_incidents(incidents: Sequence[Incident], spec: str) -> list[Incident]
                                "give more of the id, or a date" + (" (or `undated` for every undated incident)"
                                                                    if all(i.start is None for i in pref) else ""))
     raise IncidentNotFound(f"no incident '{spec}'; {_existing(incidents)}")
-
-
-UNDATED_SPEC = "undated"
 
 
 def check_date(spec: str) -> None:
