@@ -375,24 +375,34 @@ def recovered(evs: Sequence[EventView], readies: Sequence[EventView]) -> list[li
     return out
 
 
+def _served(readies: Sequence[EventView], times: Sequence[float], unit: str, lo: float, hi: float) -> bool:
+    """Whether `unit` logged `server_ready` between `lo` and UP_S before `hi`: it served UP_S or more by `hi`."""
+    for r in readies[bisect_left(times, lo):bisect_right(times, hi - UP_S)]:
+        if r.entities.get("unit") == unit:
+            return True
+    return False
+
+
 def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float,
-            load_starts: Callable[[list[tuple[_Cluster, _Cluster]]], Sequence[EventView]] | None = None
-            ) -> list[_Cluster]:
+            load_starts: Callable[[list[tuple[_Cluster, _Cluster]]], Sequence[EventView]] | None = None,
+            kin: Mapping[str, EventView] | None = None) -> list[_Cluster]:
     """Significant events per host, split where `gap_s` passes without one or where a failed server had
     recovered before the next, other failure (`recovered`); then clusters merged when one
     finding binds events of both, or when a unit of the later one was started within the gap after the
-    earlier one ended and died within twice the gap of starting (a fallback that dies too).
+    earlier one ended and died within twice the gap of starting (a fallback that dies too), unless it was
+    ready and served UP_S or more before dying (it had recovered: another incident).
 
-    `evs` must hold every significant event; the starts are taken from `evs` too, unless `load_starts` gives
-    them: called with the pairs of successive clusters of a host, it returns (at least) every start of a unit
-    of the later one on that host within the gap after the earlier one ends."""
+    `evs` must hold every significant event and `server_ready`; the starts are taken from `evs` too, unless
+    `load_starts` gives them: called with the pairs of successive clusters of a host, it returns (at least)
+    every start of a unit of the later one on that host within the gap after the earlier one ends. `kin`: views
+    of unit-less events with the unit of their process (`pid_kin`), by id: a journal's SGLang ready lines."""
     by_host: dict[str, list[EventView]] = {}
     readies: dict[str, list[EventView]] = {}
     for e in evs:
         if significant(e):
             by_host.setdefault(e.host or "unknown host", []).append(e)
         elif e.kind == "server_ready" and e.t is not None:
-            readies.setdefault(e.host or "unknown host", []).append(e)
+            readies.setdefault(e.host or "unknown host", []).append(kin.get(e.id, e) if kin else e)
     for rs in readies.values():
         rs.sort(key=lambda x: (x.t, x.seq))
     clusters: list[_Cluster] = []
@@ -431,11 +441,15 @@ def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float,
     else:
         starts = [e for e in load_starts([(clusters[i], clusters[i + 1]) for i in pairs])
                   if e.kind in STARTS and e.t is not None]
+    ready_ts = {h: [r.t for r in rs] for h, rs in readies.items()}
     for i in pairs:
         a, b = clusters[i], clusters[i + 1]
+        rs, ts = readies.get(a.host, []), ready_ts.get(a.host, [])
         for s in starts:
-            if s.host == a.host and s.entities.get("unit") in b.units and a.end <= s.t <= a.end + gap_s \
-                    and b.start - s.t <= 2 * gap_s:
+            u = s.entities.get("unit")
+            if s.host == a.host and u in b.units and a.end <= s.t <= a.end + gap_s \
+                    and b.start - s.t <= 2 * gap_s \
+                    and not _served(rs, ts, u, s.t, min(e.t for e in b.events if e.entities.get("unit") == u)):
                 union(i, i + 1)
                 break
     merged: dict[int, _Cluster] = {}
@@ -759,6 +773,7 @@ class _Builder:
         # incident's configuration review) and the architecture errors (the first names a host's SM)
         self.reach = Reach.of(self.corrs, ARCH_KINDS | {"server_config"})
         self.envs: dict[str, Fingerprint] = {}
+        self._owners: dict[str, tuple[EventView, str] | None] = {}   # _config_owners' answers, by configuration id
         self.host_gpus: dict[str, tuple[str | None, str]] = {}
         self.gpu_hosts: set[str] = set()
         self.src.finish = self._gpu_desc
@@ -856,7 +871,7 @@ class _Builder:
             found, clusters = self._correlate_local(evs)
         else:
             found = correlate_views(evs, self.corrs, self.prep.coverage)
-            clusters = cluster(evs, found, self.gap_s, self._load_starts)
+            clusters = cluster(evs, found, self.gap_s, self._load_starts, self._kin(evs))
         by_id = src.by_id
         where = {e.id: i for i, c in enumerate(clusters) for e in c.events}
         per: dict[int, list[Finding]] = {i: [] for i in range(len(clusters))}
@@ -920,12 +935,13 @@ class _Builder:
     def _correlate_local(self, evs: Sequence[EventView]) -> tuple[list[Finding], list[_Cluster]]:
         """The findings and clusters, with correlations fired only where they can matter (correlate_local)."""
         lm = LocalMatcher(Timeline(evs), self.corrs, self.prep.coverage)
+        kin = self._kin(evs)
         for e in evs:
             if significant(e) or significant(e, timed=False):
                 lm.ask_near(e, roles_only=False)
         while True:
             found = resolve(lm.run())
-            clusters = cluster(evs, found, self.gap_s, self._load_starts)
+            clusters = cluster(evs, found, self.gap_s, self._load_starts, kin)
             if not sum(lm.ask_span(c.host, c.start, c.end) for c in clusters
                        if c.start is not None and c.end is not None):
                 return found, clusters
@@ -935,29 +951,48 @@ class _Builder:
         """The launch configurations that name no unit (an SGLang `server_args` dump in a `python3[pid]` line) but
         that a unit's start owns (`config_owner`), as views with that unit; and the note each then carries."""
         loose = [e for e in configs if _unit(e) is None and e.t is not None and e.host]
-        if not loose:
-            return {}, {}
-        starts = self.src.load_windows([(e.t - OWNER_S, e.t, (pl.col("kind") == "service_started")
-                                         & (pl.col("host") == e.host)) for e in loose])
-        by_host: dict[str, list[EventView]] = {}
-        for s in sorted(starts, key=lambda x: (x.t or 0.0, x.seq)):
-            if s.t is not None and s.unit and s.host:
-                by_host.setdefault(s.host, []).append(s)
+        new = [e for e in loose if e.id not in self._owners]
+        if new:
+            starts = self.src.load_windows([(e.t - OWNER_S, e.t, (pl.col("kind") == "service_started")
+                                             & (pl.col("host") == e.host)) for e in new])
+            by_host: dict[str, list[EventView]] = {}
+            for s in sorted(starts, key=lambda x: (x.t or 0.0, x.seq)):
+                if s.t is not None and s.unit and s.host:
+                    by_host.setdefault(s.host, []).append(s)
+            for e in new:
+                found = config_owner(e, by_host.get(e.host or "", []))
+                if found is None:
+                    self._owners[e.id] = None
+                    continue
+                start, by_model = found
+                why = ("its start line names the configuration's model" if by_model else
+                       "no other unit naming the server or this model started in that time")
+                self._owners[e.id] = (replace(e, unit=start.unit, entities={**e.entities, "unit": start.unit}), (
+                    f"The configuration names no unit; it is taken as `{start.unit}`'s: logged "
+                    f"{human_seconds(e.t - start.t)} after systemd started that unit (`{PurePath(start.path).name}:"
+                    f"{start.line}`: {start.title}), and {why}."))
         owned: dict[str, EventView] = {}
         notes: dict[tuple[str, int], str] = {}
         for e in loose:
-            found = config_owner(e, by_host.get(e.host or "", []))
-            if found is None:
-                continue
-            start, by_model = found
-            owned[e.id] = replace(e, unit=start.unit, entities={**e.entities, "unit": start.unit})
-            why = ("its start line names the configuration's model" if by_model else
-                   "no other unit naming the server or this model started in that time")
-            notes[(e.path, e.line)] = (
-                f"The configuration names no unit; it is taken as `{start.unit}`'s: logged "
-                f"{human_seconds(e.t - start.t)} after systemd started that unit (`{PurePath(start.path).name}:"
-                f"{start.line}`: {start.title}), and {why}.")
+            got = self._owners[e.id]
+            if got is not None:
+                owned[e.id] = got[0]
+                notes[(e.path, e.line)] = got[1]
         return owned, notes
+
+    def _kin(self, evs: Sequence[EventView]) -> dict[str, EventView]:
+        """`pid_kin` of the `server_ready` events of `evs` (which hold the launch configurations), for clustering:
+        the starts of the owning units that bound each process's lines are read from the store (clustering's events
+        hold no starts)."""
+        owned, _ = self._config_owners([e for e in evs if e.kind == "server_config"])
+        if not owned:
+            return {}
+        lo = min(v.t for v in owned.values() if v.t is not None)
+        hi = max((e.t for e in evs if e.t is not None), default=lo)
+        started = pl.col("kind") == "service_started"
+        starts = self.src.load_windows([(lo, hi, started & (pl.col("host") == h) & (pl.col("unit") == u))
+                                        for h, u in sorted({(v.host, v.unit) for v in owned.values()})])
+        return pid_kin(owned, [*(e for e in evs if e.kind == "server_ready"), *starts])
 
     def _load_starts(self, pairs: list[tuple[_Cluster, _Cluster]]) -> list[EventView]:
         start = pl.col("kind").is_in(list(STARTS))
@@ -1006,6 +1041,7 @@ class _Builder:
         for sk in skels:
             c, ordered, units, t0, t1 = sk.cluster, sk.ordered, sk.units, sk.t0, sk.t1
             here = host_evs.get(c.host, [])
+            readies = [owned.get(e.id, e) for e in here if e.kind == "server_ready"]
             # events: the core, everything the conclusions bound, and the context of the same host and units
             member_ids = set(sk.core_ids) | {x for f in ordered for x in f.event_ids}
             if t0 is not None and t1 is not None:
@@ -1068,8 +1104,8 @@ class _Builder:
                 id=sk.id, start=sk.start, end=sk.end, hosts=(c.host,), units=tuple(units), headline=sk.headline,
                 root_cause=conclusions[0], conclusions=conclusions, events=events, symptoms=symptoms, configs=cfgs,
                 environment=fp.as_dict(), gaps=tuple(gaps), sources=_source_infos(self.prep, c.host),
-                repeats=repeats, background=sk.background, follows=_neighbour(sk.prev, sk, here, gap_s, True),
-                followed_by=_neighbour(sk, sk.next, here, gap_s, False)))
+                repeats=repeats, background=sk.background, follows=_neighbour(sk.prev, sk, readies, gap_s, True),
+                followed_by=_neighbour(sk, sk.next, readies, gap_s, False)))
         return out
 
 
@@ -1108,15 +1144,21 @@ def _split_background(c: _Cluster, found: Sequence[Finding], times: _Times
     return [f for f in found if id(f) not in left], tuple(out)
 
 
-def _neighbour(a: _Skeleton | None, b: _Skeleton | None, here: Sequence[EventView], gap_s: float, before: bool
+def _neighbour(a: _Skeleton | None, b: _Skeleton | None, readies: Sequence[EventView], gap_s: float, before: bool
                ) -> Neighbour | None:
-    """Of two successive incidents of a host, `a` then `b`, less than `gap_s` apart (so told apart only because
-    the server had recovered in between), the other one: `a` when `before`, else `b`; with the time of the
-    server's first `server_ready` in between."""
-    if a is None or b is None or a.t1 is None or b.t0 is None or b.t0 - a.t1 > gap_s:
+    """Of two successive incidents of a host, `a` then `b`, told apart only because the server had recovered in
+    between, the other one: `a` when `before`, else `b`; with the time of the server's first `server_ready` in
+    between. They are so when less than `gap_s` apart (`recovered`), or when they share a unit that was ready
+    in between and are less than twice `gap_s` apart (`cluster`'s restarted unit that dies too, which had
+    served). `readies`: the host's `server_ready` events, those of a unit's process with its unit (`pid_kin`)."""
+    if a is None or b is None or a.t1 is None or b.t0 is None or b.t0 - a.t1 > 2 * gap_s:
         return None
-    ready = min((e for e in here if e.kind == "server_ready" and e.t is not None and a.t1 < e.t < b.t0),
-                key=lambda e: (e.t, e.seq), default=None)
+    shared = set(a.units) & set(b.units)
+    near = b.t0 - a.t1 <= gap_s
+    ready = min((e for e in readies if e.t is not None and a.t1 < e.t < b.t0
+                 and (near or e.entities.get("unit") in shared)), key=lambda e: (e.t, e.seq), default=None)
+    if not near and ready is None:
+        return None
     return Neighbour(incident=a.id if before else b.id, at=a.end if before else b.start,
                      ready=iso(ready.ts) if ready is not None else None)
 

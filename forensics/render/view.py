@@ -480,8 +480,8 @@ class _Builder:
             alternatives=c.alternatives, next_steps=c.next_steps)
 
     def neighbours(self) -> tuple[str, ...]:
-        """Sentences on the incidents of the same host just before and after, within the clustering gap but told
-        apart because the server was ready again in between."""
+        """Sentences on the incidents of the same host just before and after, told apart only because the server
+        was ready again in between (`incidents._neighbour`)."""
         out: list[str] = []
         start, end = parse_ts(self.i.start), parse_ts(self.i.end)
         for n, before in ((self.i.follows, True), (self.i.followed_by, False)):
