@@ -84,7 +84,7 @@ CORR_REQUIRED = ("id", "title", "confidence", "anchor", "cause", "window", "step
 STEP_KEYS = ("name", "kind", "where", "where_not", "min", "collect", "within", "join", "distinct", "min_distinct",
              "unique", "untimed")
 AGAINST_KEYS = ("name", "kind", "where", "where_not", "within", "join", "note")
-JOIN_KEYS = ("same", "any")
+JOIN_KEYS = ("same", "any", "agree")
 FIXTURE_KEYS = ("must_fire", "must_not_fire")
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|d)?\s*$")
@@ -153,10 +153,12 @@ class Where:
 
 @dataclass(frozen=True)
 class Join:
-    """`same`: each entity known on both events and equal. `any`: at least one entity known on both and equal."""
+    """`same`: each entity known on both events and equal. `any`: at least one entity known on both and equal.
+    `agree`: each entity equal where known on both (`_agreeing`)."""
 
     same: tuple[str, ...] = ()
     any: tuple[str, ...] = ()
+    agree: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -504,7 +506,7 @@ class _Reader:
                         self.add(m[key], f"{what}.{key}: unknown entity '{e}' (entities: {', '.join(ENTITIES)})"
                                  + (f"; did you mean '{hint[0]}'?" if hint else ""))
                 parts[key] = tuple(e for e in ents if e in ENTITIES)
-        return Join(same=parts.get("same", ()), any=parts.get("any", ()))
+        return Join(same=parts.get("same", ()), any=parts.get("any", ()), agree=parts.get("agree", ()))
 
     def step(self, node: yaml.Node, owner: str) -> Step | None:
         m = self.mapping(node, f"a step of {owner}", STEP_KEYS)
@@ -1430,10 +1432,23 @@ def _where_ok(e: EventView, where: Sequence[Where]) -> bool:
     return True
 
 
+def _agreeing(e: EventView, ent: str) -> str | None:
+    """An entity for `agree`: a launch configuration's pid is the process that logged it (a journal's
+    `python3[pid]` server_args dump), which its entities leave out (a `ps` line or a wrapper may log a command)."""
+    v = e.entities.get(ent)
+    if v is None and ent == "pid" and e.kind == "server_config" and e.pid is not None and e.pid != 1:
+        return str(e.pid)
+    return v
+
+
 def joined(a: EventView, b: EventView, join: Join) -> bool:
     for ent in join.same:
         va, vb = a.entities.get(ent), b.entities.get(ent)
         if va is None or vb is None or va != vb:
+            return False
+    for ent in join.agree:
+        va, vb = _agreeing(a, ent), _agreeing(b, ent)
+        if va is not None and vb is not None and va != vb:
             return False
     if join.any:
         for ent in join.any:

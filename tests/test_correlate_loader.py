@@ -186,3 +186,26 @@ def test_exclusive_names_steps_other_than_the_anchor(tmp_path: Path, fixture_dir
     text = str(ei.value)
     assert "exclusive of correlation 'mine.oom': 'killed' is the anchor, which serves one firing anyway" in text
     assert "exclusive of correlation 'mine.oom': no step 'nope'" in text
+
+
+def test_agree_joins_entities_equal_where_both_are_known(tmp_path: Path, fixture_dir: Path) -> None:
+    from forensics.correlate import Join, joined
+    from types import SimpleNamespace as NS
+    good = GOOD.replace("    steps:\n", "    join: {same: [host], agree: [pid]}\n    steps:\n")
+    (c,) = load_correlations([_write(tmp_path, good)], builtin=False, fixture_dir=fixture_dir)
+    assert c.join == Join(same=("host",), agree=("pid",))
+
+    def ev(**ents: str) -> NS:
+        return NS(entities={"host": "h", **ents}, kind="cuda_oom", pid=None)
+
+    assert joined(ev(pid="4100"), ev(pid="4100"), c.join)
+    assert not joined(ev(pid="4100"), ev(pid="5200"), c.join)
+    assert joined(ev(pid="4100"), ev(), c.join) and joined(ev(), ev(), c.join)    # a line that names no pid
+    dump = NS(entities={"host": "h"}, kind="server_config", pid=5200)      # a configuration: the pid that logged it
+    assert not joined(dump, ev(pid="4100"), c.join) and joined(dump, ev(pid="5200"), c.join)
+    bad = GOOD.replace("    steps:\n", "    join: {agree: [pidd]}\n    steps:\n")
+    (tmp_path / "b").mkdir()
+    with pytest.raises(CorrelationError) as ei:
+        load_correlations([_write(tmp_path / "b", bad)], builtin=False, fixture_dir=fixture_dir)
+    assert "join of correlation 'mine.oom'.agree: unknown entity 'pidd'" in str(ei.value) and "did you mean 'pid'" \
+        in str(ei.value)
