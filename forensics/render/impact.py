@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePath
@@ -54,20 +55,41 @@ def logs_end(incident: Incident) -> datetime | None:
     return max((e for e in ends if e is not None), default=None)
 
 
-# An SGLang log's own server (no systemd unit names it): it starts loading (`Load weight begin` of rank 0; not its
-# `server_args` dump, which an incident cites from hours before, without the lines around it), is ready at `The
-# server is fired up and ready to roll!`, and goes down when the launcher receives SIGQUIT from a failed child
-# (`Received sigquit from a child process`: it then kills the whole process tree).
+# A server's own log that names no unit (a plain SGLang or vLLM log): its server is named by the file, and its own
+# lines say when it started, was ready and went down.
+# - SGLang: it starts loading (`Load weight begin` of rank 0; not its `server_args` dump, which an incident cites
+#   from hours before, without the lines around it), is ready at `The server is fired up and ready to roll!`, and
+#   goes down when the launcher receives SIGQUIT from a failed child (`Received sigquit from a child process`: it
+#   then kills the whole process tree).
+# - vLLM: it starts at `vLLM API server version X`, is ready at `Starting vLLM API server on ADDRESS`, and goes down
+#   when its engine core dies (`EngineCore encountered a fatal error.`, `EngineCore failed to start.`): the API
+#   server then fails every request with EngineDeadError and shuts itself down (vllm/entrypoints/launcher.py). A
+#   worker's exception (`WorkerProc hit an exception.`) takes the engine core down with it, which says so.
 SERVER_START_KINDS = frozenset({"server_start"})
-SERVER_DOWN_KINDS = frozenset({"child_failed"})
 
 
-def server_label(path: str) -> str:
-    """How the impact names the SGLang server of a log that names no unit."""
-    return f"SGLang server ({PurePath(path).name})"
+def _sglang_down(e: Event) -> bool:
+    return e.kind == "child_failed"
 
 
-def _runs(events: list[Event], starts: frozenset[str] = START_KINDS, downs: frozenset[str] = DOWN_KINDS
+def _vllm_down(e: Event) -> bool:
+    return e.rule == "vllm.process_died" and str(e.fields.get("component") or "").endswith("EngineCore")
+
+
+SERVERS: dict[str, tuple[str, Callable[[Event], bool]]] = {"sglang": ("SGLang", _sglang_down),
+                                                           "vllm": ("vLLM", _vllm_down)}
+
+
+def server_label(path: str, fmt: str = "sglang") -> str:
+    """How the impact names the server of a log (of format `fmt`) that names no unit."""
+    return f"{SERVERS[fmt][0]} server ({PurePath(path).name})"
+
+
+def _unit_down(e: Event) -> bool:
+    return e.kind in DOWN_KINDS
+
+
+def _runs(events: list[Event], starts: frozenset[str] = START_KINDS, down: Callable[[Event], bool] = _unit_down
           ) -> list[Run]:
     runs: list[dict[str, object]] = []
     for e in events:
@@ -83,7 +105,7 @@ def _runs(events: list[Event], starts: frozenset[str] = START_KINDS, downs: froz
         run = runs[-1]
         if e.kind in READY_KINDS and not run.get("ready") and not run.get("down"):
             run["ready"] = ts
-        elif e.kind in downs and not run.get("down"):
+        elif down(e) and not run.get("down"):
             run["down"] = ts
             run["down_title"] = e.title
     return [Run(r.get("started"), r.get("ready"), r.get("down"), str(r.get("down_title", "")))  # type: ignore[arg-type]
@@ -91,19 +113,20 @@ def _runs(events: list[Event], starts: frozenset[str] = START_KINDS, downs: froz
 
 
 def unit_impacts(incident: Incident) -> tuple[UnitImpact, ...]:
-    """Each unit's runs and outages; then, for an SGLang log that names no unit, its server's, under
+    """Each unit's runs and outages; then, for an SGLang or vLLM log that names no unit, its server's, under
     `server_label` (when the server went down in the incident)."""
     end = logs_end(incident)
-    groups: list[tuple[str, list[Event], frozenset[str], frozenset[str]]] = [
-        (unit, [e for e in incident.events if e.unit == unit and e.ts], START_KINDS, DOWN_KINDS)
+    groups: list[tuple[str, list[Event], frozenset[str], Callable[[Event], bool]]] = [
+        (unit, [e for e in incident.events if e.unit == unit and e.ts], START_KINDS, _unit_down)
         for unit in incident.units]
-    own = [e for e in incident.events if e.unit is None and e.format == "sglang" and e.ts]
-    for path in sorted({e.path for e in own if e.kind in SERVER_DOWN_KINDS}):
-        groups.append((server_label(path), [e for e in own if e.path == path], SERVER_START_KINDS, SERVER_DOWN_KINDS))
+    for fmt, (_, down) in SERVERS.items():
+        own = [e for e in incident.events if e.unit is None and e.format == fmt and e.ts]
+        for path in sorted({e.path for e in own if down(e)}):
+            groups.append((server_label(path, fmt), [e for e in own if e.path == path], SERVER_START_KINDS, down))
     out: list[UnitImpact] = []
-    for unit, evs, starts, downs in groups:
+    for unit, evs, starts, down in groups:
         host = next((e.host for e in evs if e.host), None)
-        runs = [r for r in _runs(evs, starts, downs) if r.started or r.ready or r.down]
+        runs = [r for r in _runs(evs, starts, down) if r.started or r.ready or r.down]
         outages = []
         for i, r in enumerate(runs):
             if r.down is None:
