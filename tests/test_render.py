@@ -423,3 +423,14 @@ def test_a_dump_of_every_argument_shows_the_reviewed_ones_and_counts_the_rest() 
     assert "| `--tp-size` |" in section   # the other unit's ExecStart: every flag
     js = render_report([inc], "json", OPTS)
     assert '"--ds-heavy-channel-num"' in js
+
+
+def test_a_list_of_lines_is_one_code_span_per_item_in_html() -> None:
+    # so that a table cell wraps between the items (a code span in a cell does not wrap: a unit stays whole)
+    from forensics.render.html import markdown_to_html
+    html = markdown_to_html("| a | b |\n|---|---|\n| `journal.log:10137648, 10137751-10137769, dmesg.log:12, ...` | "
+                            "`x.service` |\n\n`--tp-size 8, --dp 2` and `journal.log:7`\n")
+    assert ("<td><code>journal.log:10137648</code>, <code>10137751-10137769</code>, <code>dmesg.log:12</code>, "
+            "<code>...</code></td>") in html, html
+    assert "<td><code>x.service</code></td>" in html
+    assert "<code>--tp-size 8, --dp 2</code> and <code>journal.log:7</code>" in html

@@ -8,10 +8,12 @@ disabled, so nothing in the body can load or link anywhere; the page's Content-S
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from jinja2 import Environment
+from markdown_it.common.utils import escapeHtml
 from markupsafe import Markup
 
 from forensics.render.markdown import render_markdown
@@ -25,12 +27,25 @@ if TYPE_CHECKING:
     from markdown_it import MarkdownIt
 
 
+# a list of lines in one code span (`journal.log:10137648, 10137751-10137769, ...`): one code span per item in HTML,
+# so that a table cell wraps between them (a code span in a cell does not wrap, to keep a unit or a line whole)
+_LINE_LIST = re.compile(r"[^\s,`]+:\d+(?:-\d+)?(?:, (?:[^\s,`]+:)?\d+(?:-\d+)?)*(?:, \.\.\.)?")
+
+
+def _code_inline(self, tokens, idx, options, env) -> str:  # noqa: ANN001 - markdown-it's renderer rule signature
+    text = tokens[idx].content
+    if ", " in text and _LINE_LIST.fullmatch(text):
+        return ", ".join(f"<code>{escapeHtml(x)}</code>" for x in text.split(", "))
+    return f"<code{self.renderAttrs(tokens[idx])}>{escapeHtml(text)}</code>"
+
+
 def _parser() -> MarkdownIt:
     from markdown_it import MarkdownIt    # only HTML reports need it (a tenth of a second to import)
 
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
     md.enable("table")
     md.disable(["link", "image", "autolink", "html_inline", "html_block", "reference"])
+    md.add_render_rule("code_inline", _code_inline)
     return md
 
 
