@@ -447,9 +447,10 @@ def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float,
         rs, ts = readies.get(a.host, []), ready_ts.get(a.host, [])
         for s in starts:
             u = s.entities.get("unit")
-            if s.host == a.host and u in b.units and a.end <= s.t <= a.end + gap_s \
-                    and b.start - s.t <= 2 * gap_s \
-                    and not _served(rs, ts, u, s.t, min(e.t for e in b.events if e.entities.get("unit") == u)):
+            if s.host != a.host or u not in b.units or not a.end <= s.t <= a.end + gap_s:
+                continue
+            died = min(e.t for e in b.events if e.entities.get("unit") == u)   # the restarted unit's death
+            if s.t <= died and b.start - s.t <= 2 * gap_s and not _served(rs, ts, u, s.t, died):
                 union(i, i + 1)
                 break
     merged: dict[int, _Cluster] = {}

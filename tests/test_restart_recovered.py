@@ -62,8 +62,9 @@ def _oom(t: datetime, pid: int) -> list[tuple[datetime, str]]:
 def _store(tmp: Path, second_ready: float | None, second_fail: timedelta) -> Store:
     kill1 = T0 + timedelta(minutes=9, seconds=40)                    # 17:49:40
     restart = kill1 + timedelta(seconds=11)                           # 17:49:51, within the gap
+    # systemd restarts the unit after the OOM kill too: that start (after the second death) does not tie the two
     lines = [*_run(T0, 1200, 10), *_killed(kill1, 1200), *_run(restart, 2457883, second_ready),
-             *_oom(kill1 + second_fail, 2457883)]
+             *_oom(kill1 + second_fail, 2457883), *_run(kill1 + second_fail + timedelta(seconds=8), 2460001, 10)]
     lines.sort(key=lambda x: x[0])
     p = tmp / "journal.log"
     p.write_text("".join(text + "\n" for _, text in lines))
