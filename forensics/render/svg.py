@@ -139,7 +139,7 @@ def timeline_svg(iv: IncidentView, clock: Clock) -> str:
             anchor = "end" if x > WIDTH - 140 else "start"
             dx = -14 if anchor == "end" else 14
             root_label = (f'<text x="{x + dx:.1f}" y="{y - 8:.1f}" text-anchor="{anchor}" fill="{COLOURS["cause"]}" '
-                          f'font-weight="bold">root cause</text>')
+                          f'font-weight="bold" stroke="#fff" stroke-width="3" paint-order="stroke">root cause</text>')   # legible over markers
     out.append(root_label)
     # legend
     ly = bottom + 30
