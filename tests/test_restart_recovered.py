@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from forensics.cli import main
 from forensics.incidents import UP_S, build_incidents
-from forensics.pipeline import IngestOptions, ingest
 from forensics.store import Store
+from helpers import ingest_text
 
 T0 = datetime(2025, 5, 27, 17, 40, 0, tzinfo=timezone.utc)
 UNIT = "sglang-qwen25-72b.service"
@@ -66,11 +66,7 @@ def _store(tmp: Path, second_ready: float | None, second_fail: timedelta) -> Sto
     lines = [*_run(T0, 1200, 10), *_killed(kill1, 1200), *_run(restart, 2457883, second_ready),
              *_oom(kill1 + second_fail, 2457883), *_run(kill1 + second_fail + timedelta(seconds=8), 2460001, 10)]
     lines.sort(key=lambda x: x[0])
-    p = tmp / "journal.log"
-    p.write_text("".join(text + "\n" for _, text in lines))
-    store = Store(tmp / "store")
-    ingest(store, [str(p)], IngestOptions())
-    return store
+    return ingest_text(tmp, "journal.log", "".join(text + "\n" for _, text in lines))[0]
 
 
 @pytest.mark.parametrize("after, words", [("28 min 15 s", timedelta(minutes=28, seconds=15)),
