@@ -1,5 +1,5 @@
-"""Records -> normalised records, batch by batch: units named in systemd messages, SGLang ranks inside
-journal lines, and tracebacks logged through the journal (one entry per line) made one record again.
+"""Records -> normalised records, batch by batch: units named in systemd messages (or by the shell command a
+terminal session's answer follows: `prompts.py`), SGLang ranks inside journal lines, and tracebacks logged through the journal (one entry per line) made one record again.
 Source-wide time fixes (boots, years) are in `timefix.py`.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from .formats import JOURNAL_TEXT
+from .prompts import prompt_units
 from .vllmprefix import PREFIX as VLLM_PREFIX
 from .vllmprefix import START as VLLM_START
 from .vllmprefix import continues
@@ -45,6 +46,7 @@ def normalise_batch(recs: pl.DataFrame) -> pl.DataFrame:
                  msg.str.extract(UNIT_PREFIX, 1))
     recs = _fill(recs, "rank", msg.str.starts_with("[").fill_null(False) & pl.col("rank").is_null(),
                  msg.str.extract(SGLANG_IN_MSG, 2).str.strip_chars().replace("", None))
+    recs = prompt_units(recs)
     return _merge_journal_blocks(_vllm_repeats(recs))
 
 
