@@ -48,8 +48,10 @@ def prompt_units(recs: pl.DataFrame) -> pl.DataFrame:
     """Give the unit-less answers of a terminal session the unit of the command above them (module doc)."""
     if "format" not in recs.columns or recs.height == 0:
         return recs
-    is_prompt = (pl.col("format") == "text") & pl.col("message").str.contains(PROMPT).fill_null(False)
-    idx = recs.select(is_prompt.arg_true().alias("i"))["i"]
+    text = recs.select((pl.col("format") == "text").arg_true().alias("i"))["i"]   # few rows: the pattern on those
+    if text.len() == 0:
+        return recs
+    idx = text.filter(recs[text].select(pl.col("message").str.contains(PROMPT).fill_null(False))["message"])
     if idx.len() == 0:
         return recs
     cmds = recs[idx]["message"].to_list()
