@@ -49,8 +49,10 @@ def test_a_terminal_sessions_answers_take_the_unit_of_their_command(tmp_path: Pa
     assert dict(zip(recs["line"], recs["unit"])) == {
         1: None, 2: "sglang-k26-eagle3.service", 3: None, 4: "sglang-k26.service", 5: None, 6: None, 7: None,
         8: "sglang-k26.service", 9: "sglang-k26.service", 10: None, 11: None, 12: None}
-    # the grepped ExecStart= line is the unit's launch configuration
-    assert [(e["line"], e["kind"], e["unit"]) for e in _events(store)] == [(9, "server_config", "sglang-k26.service")]
+    # `failed`: the unit's failed state (no time); the grepped ExecStart= line: the unit's launch configuration
+    assert [(e["line"], e["kind"], e["unit"]) for e in _events(store)] == [
+        (2, "service_failed", "sglang-k26-eagle3.service"), (8, "service_failed", "sglang-k26.service"),
+        (9, "server_config", "sglang-k26.service"), (11, "service_failed", None)]
 
 
 def _events(store: Store) -> list[dict]:
