@@ -774,7 +774,7 @@ class _Builder:
         # incident's configuration review) and the architecture errors (the first names a host's SM)
         self.reach = Reach.of(self.corrs, ARCH_KINDS | {"server_config"})
         self.envs: dict[str, Fingerprint] = {}
-        self._owners: dict[str, tuple[EventView, str] | None] = {}   # _config_owners' answers, by configuration id
+        self._owners: dict[str, tuple[EventView, bool] | None] = {}   # config_owner's answers, by configuration id
         self.host_gpus: dict[str, tuple[str | None, str]] = {}
         self.gpu_hosts: set[str] = set()
         self.src.finish = self._gpu_desc
@@ -961,24 +961,21 @@ class _Builder:
                 if s.t is not None and s.unit and s.host:
                     by_host.setdefault(s.host, []).append(s)
             for e in new:
-                found = config_owner(e, by_host.get(e.host or "", []))
-                if found is None:
-                    self._owners[e.id] = None
-                    continue
-                start, by_model = found
-                why = ("its start line names the configuration's model" if by_model else
-                       "no other unit naming the server or this model started in that time")
-                self._owners[e.id] = (replace(e, unit=start.unit, entities={**e.entities, "unit": start.unit}), (
-                    f"The configuration names no unit; it is taken as `{start.unit}`'s: logged "
-                    f"{human_seconds(e.t - start.t)} after systemd started that unit (`{PurePath(start.path).name}:"
-                    f"{start.line}`: {start.title}), and {why}."))
+                self._owners[e.id] = config_owner(e, by_host.get(e.host or "", []))
         owned: dict[str, EventView] = {}
         notes: dict[tuple[str, int], str] = {}
-        for e in loose:
-            got = self._owners[e.id]
-            if got is not None:
-                owned[e.id] = got[0]
-                notes[(e.path, e.line)] = got[1]
+        for e in loose:   # the views as they are now (the answer is kept, not the view it was given)
+            found = self._owners[e.id]
+            if found is None:
+                continue
+            start, by_model = found
+            owned[e.id] = replace(e, unit=start.unit, entities={**e.entities, "unit": start.unit})
+            why = ("its start line names the configuration's model" if by_model else
+                   "no other unit naming the server or this model started in that time")
+            notes[(e.path, e.line)] = (
+                f"The configuration names no unit; it is taken as `{start.unit}`'s: logged "
+                f"{human_seconds(e.t - start.t)} after systemd started that unit (`{PurePath(start.path).name}:"
+                f"{start.line}`: {start.title}), and {why}.")
         return owned, notes
 
     def _kin(self, evs: Sequence[EventView]) -> dict[str, EventView]:
@@ -1039,10 +1036,13 @@ class _Builder:
         theirs = [e for h in sorted({sk.cluster.host for sk in skels}) for e in host_evs.get(h, [])]
         owned, owner_notes = self._config_owners([e for e in theirs if e.kind == "server_config"])
         owned = {**owned, **pid_kin(owned, theirs)}
+        host_readies: dict[str | None, list[EventView]] = {}   # the readies of a host, those of a unit's with it
         for sk in skels:
             c, ordered, units, t0, t1 = sk.cluster, sk.ordered, sk.units, sk.t0, sk.t1
             here = host_evs.get(c.host, [])
-            readies = [owned.get(e.id, e) for e in here if e.kind == "server_ready"]
+            if c.host not in host_readies:
+                host_readies[c.host] = [owned.get(e.id, e) for e in here if e.kind == "server_ready"]
+            readies = host_readies[c.host]
             # events: the core, everything the conclusions bound, and the context of the same host and units
             member_ids = set(sk.core_ids) | {x for f in ordered for x in f.event_ids}
             if t0 is not None and t1 is not None:

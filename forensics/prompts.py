@@ -51,9 +51,12 @@ def prompt_units(recs: pl.DataFrame) -> pl.DataFrame:
     text = recs.select((pl.col("format") == "text").arg_true().alias("i"))["i"]   # few rows: the pattern on those
     if text.len() == 0:
         return recs
-    idx = text.filter(recs[text].select(pl.col("message").str.contains(PROMPT).fill_null(False))["message"])
-    if idx.len() == 0:
+    if not recs[text].select(pl.col("message").str.contains(PROMPT).fill_null(False).any()).item():
         return recs
+    if "line" in recs.columns and not recs.get_column("line").is_sorted():   # the fill runs in line order
+        return prompt_units(recs.with_row_index("_pr").sort("line")).sort("_pr").drop("_pr")
+    text = recs.select((pl.col("format") == "text").arg_true().alias("i"))["i"]
+    idx = text.filter(recs[text].select(pl.col("message").str.contains(PROMPT).fill_null(False))["message"])
     cmds = recs[idx]["message"].to_list()
     # "" where a prompt names no unit, so that the fill stops there
     marks = pl.Series("_pu", [None] * recs.height, dtype=pl.String).scatter(

@@ -57,3 +57,17 @@ def test_a_terminal_sessions_answers_take_the_unit_of_their_command(tmp_path: Pa
 
 def _events(store: Store) -> list[dict]:
     return store.events().sort("line").select("line", "kind", "unit").collect().to_dicts()
+
+
+def test_the_fill_follows_the_lines_whatever_the_rows_order() -> None:
+    import polars as pl
+
+    from forensics.prompts import prompt_units
+    rows = [(3, "systemctl-is-active", "failed"), (1, "text", "$ systemctl is-active a.service"),
+            (4, "text", "$ systemctl is-active b.service"), (2, "systemctl-is-active", "active"),
+            (5, "systemctl-is-active", "failed")]
+    recs = pl.DataFrame({"line": [r[0] for r in rows], "format": [r[1] for r in rows],
+                         "message": [r[2] for r in rows], "unit": pl.Series([None] * 5, dtype=pl.String)})
+    out = prompt_units(recs)
+    assert out["line"].to_list() == [3, 1, 4, 2, 5]          # the rows as they came
+    assert out["unit"].to_list() == ["a.service", None, None, "a.service", "b.service"]
