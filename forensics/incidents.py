@@ -334,18 +334,21 @@ def _server_back(cur: Sequence[EventView], e: EventView, readies: Sequence[Event
     """Whether a server that failed in `cur` (the same unit; an SGLang log's unit-less lines, the same file) logged
     `server_ready` after `cur`'s last event and then served UP_S or more before `e`. `readies`: the host's timed
     `server_ready` events, in time order, and `times` their times."""
-    last = cur[-1].t
-    if e.t - last <= UP_S:
-        return False
     units = {x.entities.get("unit") for x in cur}
     paths = {x.path for x in cur if x.entities.get("unit") is None}
-    for r in readies[bisect_right(times, last):]:
-        if r.t > e.t - UP_S:
-            break
+
+    def theirs(r: EventView) -> bool:
         u = r.entities.get("unit")
-        if (u is not None and u in units) or (u is None and r.path in paths):
-            return True
-    return False
+        return (u is not None and u in units) or (u is None and r.path in paths)
+
+    return _served(readies, times, cur[-1].t, e.t, theirs)
+
+
+def _served(readies: Sequence[EventView], times: Sequence[float], lo: float, hi: float,
+            server: Callable[[EventView], bool]) -> bool:
+    """Whether a `server_ready` of `readies` (in time order; `times` their times) that `server` takes for the
+    server's came after `lo` and UP_S or more before `hi`: the server was back and served UP_S by `hi`."""
+    return any(server(r) for r in readies[bisect_right(times, lo):bisect_right(times, hi - UP_S)])
 
 
 def _causes(evs: Sequence[EventView]) -> set[str]:
@@ -373,14 +376,6 @@ def recovered(evs: Sequence[EventView], readies: Sequence[EventView]) -> list[li
         else:
             out.append(p)
     return out
-
-
-def _served(readies: Sequence[EventView], times: Sequence[float], unit: str, lo: float, hi: float) -> bool:
-    """Whether `unit` logged `server_ready` between `lo` and UP_S before `hi`: it served UP_S or more by `hi`."""
-    for r in readies[bisect_left(times, lo):bisect_right(times, hi - UP_S)]:
-        if r.entities.get("unit") == unit:
-            return True
-    return False
 
 
 def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float,
@@ -450,7 +445,8 @@ def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float,
             if s.host != a.host or u not in b.units or not a.end <= s.t <= a.end + gap_s:
                 continue
             died = min(e.t for e in b.events if e.entities.get("unit") == u)   # the restarted unit's death
-            if s.t <= died and b.start - s.t <= 2 * gap_s and not _served(rs, ts, u, s.t, died):
+            if s.t <= died and b.start - s.t <= 2 * gap_s and \
+                    not _served(rs, ts, s.t, died, lambda r, u=u: r.entities.get("unit") == u):
                 union(i, i + 1)
                 break
     merged: dict[int, _Cluster] = {}

@@ -1,5 +1,6 @@
 """Records -> normalised records, batch by batch: units named in systemd messages (or by the shell command a
-terminal session's answer follows: `prompts.py`), SGLang ranks inside journal lines, and tracebacks logged through the journal (one entry per line) made one record again.
+terminal session's answer follows: `prompts.py`), SGLang ranks inside journal lines, and tracebacks logged through
+the journal (one entry per line) made one record again.
 Source-wide time fixes (boots, years) are in `timefix.py`.
 """
 

@@ -49,20 +49,18 @@ def prompt_units(recs: pl.DataFrame) -> pl.DataFrame:
     if "format" not in recs.columns or recs.height == 0:
         return recs
     text = recs.select((pl.col("format") == "text").arg_true().alias("i"))["i"]   # few rows: the pattern on those
-    if text.len() == 0:
-        return recs
-    if not recs[text].select(pl.col("message").str.contains(PROMPT).fill_null(False).any()).item():
+    hits = recs[text].get_column("message").str.contains(PROMPT).fill_null(False)
+    if not hits.any():
         return recs
     if "line" in recs.columns and not recs.get_column("line").is_sorted():   # the fill runs in line order
         return prompt_units(recs.with_row_index("_pr").sort("line")).sort("_pr").drop("_pr")
-    text = recs.select((pl.col("format") == "text").arg_true().alias("i"))["i"]
-    idx = text.filter(recs[text].select(pl.col("message").str.contains(PROMPT).fill_null(False))["message"])
-    cmds = recs[idx]["message"].to_list()
-    # "" where a prompt names no unit, so that the fill stops there
-    marks = pl.Series("_pu", [None] * recs.height, dtype=pl.String).scatter(
-        idx, pl.Series([command_unit(c) or "" for c in cmds], dtype=pl.String))
-    unit = marks.fill_null(strategy="forward").replace("", None)
     take = recs.select((pl.col("unit").is_null() & pl.col("format").is_in(TAKERS)).alias("t"))["t"]
     if not take.any():
         return recs
+    idx = text.filter(hits)
+    cmds = recs[idx]["message"].to_list()
+    # "" where a prompt names no unit, so that the fill stops there
+    marks = pl.repeat(None, recs.height, dtype=pl.String, eager=True).scatter(
+        idx, pl.Series([command_unit(c) or "" for c in cmds], dtype=pl.String))
+    unit = marks.fill_null(strategy="forward").replace("", None)
     return recs.with_columns(pl.when(take).then(unit).otherwise(pl.col("unit")).alias("unit"))

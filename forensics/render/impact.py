@@ -80,7 +80,7 @@ SERVERS: dict[str, tuple[str, Callable[[Event], bool]]] = {"sglang": ("SGLang", 
                                                            "vllm": ("vLLM", _vllm_down)}
 
 
-def server_label(path: str, fmt: str = "sglang") -> str:
+def server_label(path: str, fmt: str) -> str:
     """How the impact names the server of a log (of format `fmt`) that names no unit."""
     return f"{SERVERS[fmt][0]} server ({PurePath(path).name})"
 
