@@ -70,13 +70,13 @@ from .correlate_store import (
 )
 from .correlate_local import LocalMatcher
 from .dayscope import Reach, Span, Window, day_of, first_window
-from . import dayscope
+from . import dayscope, nodes
 from .environment import Fingerprint, fingerprints
 from .record_tables import compute_tables, host_fills, record_tables, unit_fills
 from .schema import YEAR_MTIME, YEAR_NOW, empty_events
 from .store import scan_files
-from .model import (Background, Conclusion, Confidence, Event, Evidence, Gap, Incident, Neighbour, Repeat, SourceInfo,
-                    is_request_traceback, to_jsonable)
+from .model import (Background, Conclusion, Confidence, Event, Evidence, Gap, Incident, Neighbour, NodeGroup, Repeat,
+                    SourceInfo, is_request_traceback, to_jsonable)
 
 DEFAULT_GAP_MINUTES = 15.0
 REPEAT_MIN = 5                         # loose lines of one rule in an incident: from this many, one timeline row
@@ -754,7 +754,7 @@ class _Builder:
 
     def __init__(self, store, gap_minutes: float = DEFAULT_GAP_MINUTES,  # noqa: ANN001
                  correlations: Sequence[Correlation] | None = None, knowledge: Knowledge | None = None,
-                 specs: Sequence[str] = (), full: bool = True):
+                 specs: Sequence[str] = (), full: bool = True, hosts: Sequence[str] | None = None):
         self.store = store
         # the rule texts (Event.explain) are read while the store is (from the cache, or else from the packs,
         # which take a while to load, mostly in Python; the store's reading, in polars, runs on the other cores)
@@ -763,7 +763,9 @@ class _Builder:
         self.corrs = tuple(correlations if correlations is not None else load_correlations())
         self.gap_s = gap_minutes * 60.0
         self.local = host_local(self.corrs)
-        self.prep = prepare(store, self.kn, (lambda parts: candidates(specs, parts)) if specs and self.local else None)
+        only = ((lambda parts: set(hosts) & set(parts)) if hosts is not None else
+                (lambda parts: candidates(specs, parts)) if specs else None)
+        self.prep = prepare(store, self.kn, only if self.local else None)
         self.src = self.prep.source
         self.kinds = correlation_kinds(self.corrs) | ARCH_KINDS | {"server_config", "cuda_oom"}
         # what a day's window must hold at any time: what correlations bind far, the launch configurations (an
@@ -1367,7 +1369,7 @@ def build_incidents(store, gap_minutes: float = DEFAULT_GAP_MINUTES, *,  # noqa:
     """Every incident of the store, sorted by start, then id."""
     try:
         b = _Builder(store, gap_minutes, correlations, knowledge)
-        return b.build(b.skeletons())
+        return _with_nodes(store, b.build(b.skeletons()), gap_minutes, correlations, knowledge)
     finally:
         profile.cancel_ahead()
 
@@ -1471,7 +1473,48 @@ def _find(store, specs: Sequence[str], gap_minutes: float, full: bool,  # noqa: 
             raise
         b = _Builder(store, gap_minutes, correlations, knowledge, full=False)
         chosen = pick(b.skeletons())           # raises again, naming every incident of the store
-    return b.build(chosen) if full else chosen
+    return _with_nodes(store, b.build(chosen), gap_minutes, correlations, knowledge) if full else chosen
+
+
+def _with_nodes(store, incs: list[Incident], gap_minutes: float, correlations: Sequence[Correlation] | None,  # noqa: ANN001
+                knowledge: Knowledge | None) -> list[Incident]:
+    """The incidents, those of a multi-node server with the other nodes' launches and incidents nearby
+    (forensics.nodes): read only when an incident's launch configuration names several nodes."""
+    addrs = sorted({g[0] for g in map(nodes.group_of, incs) if g is not None})
+    if not addrs:
+        return incs
+    found = nodes.launches(store, addrs)
+    parts = sorted({x.part for x in found})
+    if not found:
+        return [_noded(i, nodes.node_group(i, found, lambda *_: ())) for i in incs]
+    pb = _Builder(store, gap_minutes, correlations, knowledge, full=False, hosts=parts)
+    days: dict[str, list[_Skeleton]] = {}
+
+    def near(part: str, lo: float, hi: float) -> list[nodes.Near]:
+        out = []
+        d = datetime.fromtimestamp(lo, timezone.utc).date()
+        while d <= datetime.fromtimestamp(hi, timezone.utc).date():
+            day = d.isoformat()
+            if day not in days:
+                days[day] = [sk for sk in pb.day_skeletons(day) if (sk.start or "")[:10] == day]
+            out += [sk for sk in days[day] if sk.cluster.host == part and sk.t0 is not None and lo <= sk.t0 <= hi]
+            d += timedelta(days=1)
+        out.sort(key=lambda sk: (sk.t0, sk.id))
+        return [nodes.Near(id=sk.id, host=part, t0=sk.t0, start=sk.start, headline=sk.headline,
+                           kind=sk.root_cause.kind, first=sk.root_cause.evidence_for[0] if sk.root_cause.evidence_for else None)
+                for sk in out]
+
+    def until(part: str) -> str | None:
+        return max((x.last_ts for x in _source_infos(pb.prep, part) if x.last_ts), default=None)
+
+    return [_noded(i, nodes.node_group(i, found, near, until)) for i in incs]
+
+
+def _noded(i: Incident, g: NodeGroup | None) -> Incident:
+    if g is None:
+        return i
+    gap = nodes.missing_gap(i, g)
+    return replace(i, nodes=g, gaps=i.gaps + ((gap,) if gap is not None else ()))
 
 
 def resolve_incidents(store, spec: str, gap_minutes: float = DEFAULT_GAP_MINUTES) -> list[Incident]:  # noqa: ANN001

@@ -151,6 +151,36 @@ class Neighbour:
 
 
 @dataclass(frozen=True)
+class Node:
+    """Another node of an incident's multi-node server (a launch of the same `--dist-init-addr` on another host in
+    the same run), and its incident near this one."""
+
+    host: str
+    node_rank: int | None
+    unit: str | None
+    launched: Evidence            # its launch configuration
+    incident: str | None          # its first incident from its launch to a while after this one (None: none)
+    start: str | None             # when that incident began, ISO 8601 UTC
+    headline: str | None
+    kind: str | None              # its root cause's kind
+    first: Evidence | None        # that incident's first sign (its root cause's line)
+    logs_until: str | None = None  # where its ingested logs end, ISO 8601 UTC
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """The multi-node server an incident's host is a node of (`forensics.nodes`)."""
+
+    address: str                  # `--dist-init-addr`
+    nnodes: int
+    node_rank: int | None         # the incident's host's
+    nodes: tuple[Node, ...]       # the other nodes the logs launch, by node rank
+    missing: tuple[int, ...]      # node ranks no ingested log launched in this run
+    since: str | None             # the window their incidents were looked for in, ISO 8601 UTC
+    until: str | None
+
+
+@dataclass(frozen=True)
 class Background:
     """A unit that failed in an incident's window as it had failed again and again on the host before the incident
     began: nothing in the logs ties its failure to the incident (its only conclusions are inconclusive), so it is
@@ -199,6 +229,7 @@ class Incident:
     background: tuple[Background, ...] = ()  # units failing routinely on the host that also failed in the window
     follows: Neighbour | None = None        # the incident just before on the host, its server recovered in between
     followed_by: Neighbour | None = None    # the incident just after on the host, likewise
+    nodes: NodeGroup | None = None          # the other nodes of its multi-node server
 
     def to_json(self) -> dict[str, Any]:
         return to_jsonable(self)

@@ -74,6 +74,7 @@ def _incident(inc: Incident, iv: IncidentView, clock: Clock) -> dict[str, Any]:
         "background": [to_jsonable(b) for b in inc.background],
         "follows": to_jsonable(inc.follows) if inc.follows is not None else None,
         "followed_by": to_jsonable(inc.followed_by) if inc.followed_by is not None else None,
+        "nodes": to_jsonable(inc.nodes) if inc.nodes is not None else None,
     }
 
 

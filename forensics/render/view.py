@@ -15,6 +15,7 @@ from forensics.model import (Background, Conclusion, Event, Evidence, Incident, 
                              line_span)
 from forensics.render.data import Excerpt, ExcerptLine, ReportData
 from forensics.render.impact import unit_impacts
+from forensics.render.nodes import node_sentences
 from forensics.render.options import ReportOptions
 from forensics.rulepacks import STANDARD_PLACEHOLDERS
 from forensics.render.timefmt import INFERRED, MARK, TIME_SOURCE_WORDS, Clock, duration, parse_ts
@@ -268,6 +269,7 @@ class IncidentView:
     unfilled: str = ""            # the placeholders the commands keep, and why the logs cannot fill them
     losses: tuple[str, ...] = ()  # services that lost a process to the OOM killer, with no outage in the logs
     neighbours: tuple[str, ...] = ()   # the incidents just before and after on the host, told apart at a recovery
+    nodes: tuple[tuple[str, str], ...] = ()   # (lead, text): the other nodes of its multi-node server: which failed first, and the others
 
     @property
     def failed_units(self) -> tuple[str, ...]:
@@ -637,6 +639,7 @@ class _Builder:
             sources=self.sources(), time_notes=self.time_notes(), events_total=len(i.events),
             background=tuple(self.background(b) for b in i.background),
             losses=self.losses(impact), neighbours=self.neighbours(),
+            nodes=node_sentences(i, lambda t: self.clock.utc_text(t, self.utc_dates)),
             unfilled=unfilled_note([a.text for a in actions] + [s for c in conclusions for s in c.next_steps],
                                    i.start is not None))
 
