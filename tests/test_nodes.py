@@ -92,6 +92,7 @@ def test_the_node_that_failed_first_is_named_in_the_other_nodes_report(tmp_path:
             "host's rank waited on began at 10:00:00.988 UTC, 1 s after that; a rank waits in a collective for every "
             "rank of every node, so this host's NCCL timeout is most likely a consequence of node-b's failure, and "
             "the root cause is there.") in out, out
+    assert f"1. `forensics report --incident {b.id}` (`node-b`)" in out
     out = _summary(tmp_path, b.id)
     assert ("**Other nodes of this server went down after this one.** This host is node 1 of a 2-node server "
             f"(`--dist-init-addr {ADDR}`): `node-a` (node 0) at 10:10:01 UTC, 10 min 1 s after this began (incident "

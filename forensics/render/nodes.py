@@ -93,6 +93,16 @@ def node_sentences(i: Incident, when: Callable[[datetime], str]) -> tuple[tuple[
     return tuple(out)
 
 
+def first_failed(i: Incident) -> Node | None:
+    """The other node whose incident began first, before this one's (None: none did)."""
+    start = parse_ts(i.start)
+    if i.nodes is None or start is None:
+        return None
+    before = [(t, n.host, n) for n in i.nodes.nodes if n.incident and (t := parse_ts(n.start)) is not None
+              and t < start]
+    return min(before, key=lambda x: (x[0], x[1]))[2] if before else None
+
+
 def _victim(n: Node) -> bool:
     return n.kind in VICTIM_KINDS
 

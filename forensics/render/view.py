@@ -15,7 +15,7 @@ from forensics.model import (Background, Conclusion, Event, Evidence, Incident, 
                              line_span)
 from forensics.render.data import Excerpt, ExcerptLine, ReportData
 from forensics.render.impact import unit_impacts
-from forensics.render.nodes import node_sentences
+from forensics.render.nodes import first_failed, node_sentences
 from forensics.render.options import ReportOptions
 from forensics.rulepacks import STANDARD_PLACEHOLDERS
 from forensics.render.timefmt import INFERRED, MARK, TIME_SOURCE_WORDS, Clock, duration, parse_ts
@@ -579,6 +579,10 @@ class _Builder:
                     seen.add(key)
                     out.append(ActionView(step, about))
 
+        first = first_failed(self.i)
+        if first is not None:   # the node that failed first: its own report before this host's commands
+            seen.add(f"forensics report --incident {first.incident}")
+            out.append(ActionView(f"forensics report --incident {first.incident}", first.host))
         for c in self.i.conclusions:
             if c.cause_event and c.cause_event in self.events:
                 add(self.events[c.cause_event], c.unit or kind_label(c.kind))
