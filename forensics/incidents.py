@@ -179,7 +179,10 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
             assumptions.append((p, Gap(what=f"Which host {p} came from",
                                        why=(f"{p} names no host and the store holds {len(hosts)} hosts (`forensics "
                                             "sources` lists them), so its events are kept apart and cannot be joined "
-                                            "with another host's."),
+                                            "with another host's." if hosts else
+                                            f"{p} names no host, and no other file of the store names one: its "
+                                            f"events are kept apart as `{pseudo[p]}` and cannot be joined with "
+                                            "another file's (give each file its machine's name)."),
                                        commands=(f"forensics ingest --host HOST --force {p}",))))
     if single and hostless:
         assumptions = [(p, Gap(what="The host of " + (hostless[0] if len(hostless) == 1 else

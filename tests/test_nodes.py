@@ -149,3 +149,33 @@ def test_other_servers_are_no_nodes_of_it(tmp_path: Path) -> None:
     store = _store(tmp_path, **{"node-a": node_a(launched="07:40"), "node-b": node_b()})
     a = next(i for i in build_incidents(store) if i.hosts == ("node-a",))
     assert a.nodes is not None and a.nodes.nodes == ()
+
+
+def test_nodes_of_sglang_logs_that_name_no_host(tmp_path: Path) -> None:
+    # each node's own SGLang log, no host in either: each file is its own `unknown host (<file>)`, and a node
+    node0 = "\n".join([f"[2025-05-26 09:40:14] {_args(0)}",
+                       "[2025-05-26 09:52:40] The server is fired up and ready to roll!",
+                       node_a().splitlines()[3].split("python3[51200]: ", 1)[1],
+                       "[2025-05-26 10:10:02] Received sigquit from a child process. It usually means the child failed.",
+                       ""])
+    node1 = "\n".join([f"[2025-05-26 09:40:15] {_args(1)}",
+                       "[2025-05-26 10:00:02 TP9] Scheduler hit an exception: Traceback (most recent call last):",
+                       '  File "/usr/lib/python3/dist-packages/sglang/srt/managers/scheduler.py", line 2400, in '
+                       "run_scheduler_process",
+                       "    scheduler.event_loop_overlap()",
+                       "RuntimeError: CUDA error: unspecified launch failure",
+                       "[2025-05-26 10:00:03] Received sigquit from a child process. It usually means the child failed.",
+                       ""])
+    for name, text in (("node0-sglang.log", node0), ("node1-sglang.log", node1)):
+        (tmp_path / name).write_text(text)
+    store = Store(tmp_path / "store")
+    ingest(store, [str(tmp_path / "node0-sglang.log"), str(tmp_path / "node1-sglang.log")], IngestOptions())
+    one, zero = build_incidents(store)
+    assert zero.hosts == ("unknown host (node0-sglang.log)",) and zero.root_cause.kind == "nccl_timeout"
+    (peer,) = zero.nodes.nodes
+    assert (peer.host, peer.node_rank, peer.incident) == ("unknown host (node1-sglang.log)", 1, one.id)
+    # neither file names a host: said so, not "the store holds 0 hosts"
+    gap = next(g for g in zero.gaps if g.what.startswith("Which host"))
+    assert gap.why == (f"{tmp_path / 'node0-sglang.log'} names no host, and no other file of the store names one: its "
+                       "events are kept apart as `unknown host (node0-sglang.log)` and cannot be joined with another "
+                       "file's (give each file its machine's name).")
