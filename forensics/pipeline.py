@@ -27,7 +27,7 @@ from pathlib import Path
 
 import polars as pl
 
-from . import __version__, profile
+from . import __version__, journalfile, profile
 from .ansi import strip_lines, strip_series
 from .cutlines import cut as cut_lines, cut_lengths, merge as merge_cut, note as cut_note
 from .podprefix import Pods, strip_series as pod_lines
@@ -45,7 +45,7 @@ from .parse import ParseContext, parse_lines, parse_structured, resolve
 from .regexbudget import RegexBudget, RuleTimeout
 from .slots import WorkSlots
 from .schema import EVENT_SCHEMA, OUT_OF_RANGE, RECORD_SCHEMA, YEAR_OWN, TimeSource, empty_events, empty_records
-from .sources import MAX_LINE, ReadStats, Source, SourceError, expand, head_bytes, read_batches
+from .sources import JOURNAL, MAX_LINE, ReadStats, Source, SourceError, expand, head_bytes, read_batches
 from .sourcefile import remember
 from .store import SourceEntry, Store, StoreError, plain_name, sink_parquet, write_parquet
 
@@ -150,7 +150,7 @@ class SourceResult:
 class IngestReport:
     results: list[SourceResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)   # inputs that could not even be opened
-    skipped: list[str] = field(default_factory=list)  # directories left out of the inputs (a store), and why
+    skipped: list[str] = field(default_factory=list)  # what a directory held that is left out (a store, binaries), and why
     anchors: list[BootAnchor] = field(default_factory=list)
     zones: list[ZoneResult] = field(default_factory=list)   # zones read off lines a source with exact times holds
 
@@ -230,12 +230,15 @@ def _plan(inputs: list[str], opts: IngestOptions, report: IngestReport) -> list[
     sources, errors = expand(inputs, report.skipped)
     report.errors.extend(errors)
 
-    def plan_one(src: Source) -> tuple[Source, Detection] | SourceResult:
+    def plan_one(src: Source) -> tuple[Source, Detection] | SourceResult | str:
         try:
             kind = binary_kind(head_bytes(src, 64 << 10))
             if kind and not opts.fmt:
                 fix = ARCHIVE_FIX.get(kind, "If it really is a log, force a format with --format").format(
                     file=shlex.quote(src.display))
+                if src.in_dir:   # a directory's wtmp, lastlog, binaries: left out, said so (named, an error)
+                    return (f"{src.display}: not a text log ({kind}); a file that is not text in a directory is left "
+                            f"out" + (f". {fix}" if kind in ARCHIVE_FIX else ""))
                 raise SourceError(f"{src.display}: not a text log ({kind}); nothing ingested from it. {fix}")
             return src, detect(_sample_lines(src), src.display, forced=opts.fmt)
         except SourceError as e:
@@ -247,7 +250,9 @@ def _plan(inputs: list[str], opts: IngestOptions, report: IngestReport) -> list[
         outcomes = list(pool.map(plan_one, sources))
     planned: list[tuple[Source, Detection]] = []
     for out in outcomes:
-        if isinstance(out, SourceResult):
+        if isinstance(out, str):
+            report.skipped.append(out)
+        elif isinstance(out, SourceResult):
             report.results.append(out)
         else:
             planned.append(out)
@@ -348,14 +353,15 @@ def _size(src: Source) -> int:
 
 BINARY_MAGIC = ((b"\x7fELF", "an ELF executable"), (b"\x89PNG\r\n\x1a\n", "a PNG image"), (b"%PDF-", "a PDF"),
                 (b"PK\x03\x04", "a zip archive"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),
-                (b"SQLite format 3\x00", "an SQLite database"), (b"LPKSHHRH", "a binary systemd journal file "
-                                                                  "(read it with `journalctl --file F -o json`)"))
+                (b"SQLite format 3\x00", "an SQLite database"), (b"LPKSHHRH", "a compressed systemd journal file"))
 
 
 TAR = "a tar archive"
 # an archive's logs are files of their own (each with its format, host and line numbers): they are not read as
 # one text glued from the members and the archive's headers (a sosreport's `.tar.xz` was one `journal-short` source)
-ARCHIVE_FIX = {TAR: "Extract it (`tar xf {file}`) and ingest the logs in it (a directory is read recursively: "
+ARCHIVE_FIX = {"a compressed systemd journal file": "Decompress it and ingest the `.journal` file, which forensics reads "
+                                                      "through journalctl",
+               TAR: "Extract it (`tar xf {file}`) and ingest the logs in it (a directory is read recursively: "
                     "`forensics ingest DIR`)",
                "a zip archive": "Extract it (`unzip {file}`) and ingest the logs in it (a directory is read "
                                 "recursively: `forensics ingest DIR`)"}
@@ -898,6 +904,10 @@ def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: Read
         notes.append(f"line {stats.long_first}: {stats.long_lines} line(s) longer than {MAX_LINE >> 20} MiB, the first "
                      f"here, were cut to their first {MAX_LINE >> 20} MiB ({stats.long_bytes} bytes left out): no log "
                      f"format writes such lines; if the file is a log, look for a binary or one-line dump inside it")
+    if src.compression == JOURNAL:
+        ver = journalfile.version()
+        notes.append(f"a binary systemd journal file, read through `{journalfile.command(src.display)}`"
+                     + (f" ({ver})" if ver else "") + ": line N is its N-th entry")
     if src.encoding:
         notes.append(f"{src.encoding.upper().replace('UTF-16-', 'UTF-16')} text, read as UTF-8 (line numbers are "
                      f"the file's)")

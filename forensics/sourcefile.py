@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import journalfile
 from .model import SourceInfo
 from .sources import MAX_LINE, SNIFF, ChunkIndex, char_cut, sniff_encoding
 
@@ -204,6 +205,9 @@ def read_source_file(src: SourceInfo, cache: Path | None = None) -> Sequence[str
         st = path.stat()
         if st.st_size > MAX_CONTEXT_FILE:
             return None
+        with open(path, "rb") as fh:
+            if journalfile.is_journal(fh.read(len(journalfile.MAGIC))):
+                return _journal_lines(path, src.sha256)
         plain = path.suffix not in (".gz", ".zst")
         note = cache / f"{_stat_key(path, st)}.json" if cache is not None and plain and src.sha256 else None
         index = _known(note, src.sha256.lower()) if note is not None else None
@@ -239,3 +243,16 @@ def read_source_file(src: SourceInfo, cache: Path | None = None) -> Sequence[str
     lines = FileLines(raw)
     _keep_unchanged(path, st, note, src.sha256.lower(), (lines.starts, lines.first, lines.n))
     return lines
+
+
+def _journal_lines(path: Path, sha256: str) -> Sequence[str] | None:
+    """A binary journal file's lines as ingest read them: what journalctl prints for it (forensics.journalfile),
+    when the file is the one ingested."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    if not sha256 or not h.hexdigest().startswith(sha256.lower()):
+        return None
+    out = journalfile.read_all(path)
+    return FileLines(out) if out is not None else None

@@ -25,12 +25,14 @@ from typing import BinaryIO
 
 import polars as pl
 
+from . import journalfile
 from .ahead import ahead
 from .store import is_store
 
 BLOCK = 32 << 20  # bytes read per batch
 ROTATED = re.compile(r"^(?P<base>.+?)(?:[.-](?P<n>\d+))?(?P<ext>\.(?:gz|bz2|xz|zst))?$")
 COMPRESSED = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd"}
+JOURNAL = "journal"   # a binary systemd journal file, read through journalctl (forensics.journalfile)
 MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"))
 
 
@@ -46,6 +48,7 @@ class Source:
     mtime: float | None       # file mtime, or the gzip header mtime when set
     stdin_data: bytes | None = None
     encoding: str | None = None  # `utf-16-le` / `utf-16-be`: read through a transcoder to UTF-8; None: UTF-8
+    in_dir: bool = False      # found in a directory given as an input (not named itself)
 
     @property
     def display(self) -> str:
@@ -164,7 +167,7 @@ def _expand_path(p: str, skipped: list[str] | None = None) -> tuple[list[Source]
         srcs, errs = [], []
         for f in found:
             s, e = _expand_path(f)
-            srcs.extend(s)
+            srcs.extend(replace(x, in_dir=True) for x in s)
             errs.extend(e)
         return srcs, errs
     if not stat.S_ISREG(st.st_mode):
@@ -177,6 +180,8 @@ def _expand_path(p: str, skipped: list[str] | None = None) -> tuple[list[Source]
     if comp == "gzip":
         mtime = _gzip_mtime(path) or mtime
     src = Source(p, path, comp, mtime)
+    if comp == JOURNAL:
+        return [src], []   # journalctl's JSON is UTF-8; running it is the ingest's (a missing journalctl is its error)
     try:
         with open_binary(src) as fh:
             head = fh.read(SNIFF)
@@ -273,6 +278,8 @@ def _compression(path: Path) -> str | None:
             head = fh.read(10)
     except OSError:
         return None
+    if journalfile.is_journal(head):
+        return JOURNAL
     for magic, name in MAGIC:
         if head.startswith(magic):
             if name == "bzip2" and not re.match(rb"BZh[1-9](\x31\x41\x59\x26\x53\x59|\x17\x72\x45\x38\x50\x90)",
@@ -310,6 +317,14 @@ def _open_raw(src: Source) -> BinaryIO:
         import zstandard
 
         return zstandard.ZstdDecompressor().stream_reader(open(src.real, "rb"))  # type: ignore[return-value]
+    if src.compression == JOURNAL:
+        exe = journalfile.journalctl()
+        if exe is None:
+            raise SourceError(f"{src.display}: a binary systemd journal file, and journalctl (systemd's reader of "
+                              "it) is not installed here; nothing ingested from it. Install systemd's journalctl, or "
+                              f"on a machine with systemd run `journalctl --file {src.display} -o json --all > "
+                              f"{src.real.name}.json` and ingest that file")
+        return journalfile.JournalStream(src.real, exe)  # type: ignore[return-value]
     return open(src.real, "rb")
 
 

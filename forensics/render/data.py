@@ -6,9 +6,13 @@ exactly like the incidents themselves.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import PurePath
 
+from forensics import journalfile
 from forensics.ansi import strip_text
 from forensics.model import Evidence, Incident, SourceInfo
 from forensics.render.options import ReportOptions, SourceReader
@@ -69,6 +73,49 @@ def _note(ev: Evidence) -> str:
     return f"{where}: {ev.note}" if ev.note else ""
 
 
+JSON_FORMATS = frozenset({"journal-json"})   # one journal entry per line (`journalctl -o json`, a binary journal)
+AS_SHORT = "each JSON entry shown as `journalctl -o short-iso-precise` prints it"
+
+
+def _value(v: object) -> str:
+    """A journal JSON field's value as text: a string, or (binary-safe) an array of its bytes."""
+    if isinstance(v, list) and all(isinstance(b, int) and 0 <= b < 256 for b in v):
+        return bytes(v).decode("utf-8", "replace")
+    return "" if v is None else str(v)
+
+
+def as_short(line: str) -> str | None:
+    """A `journalctl -o json` line as `-o short-iso-precise` prints its entry (`2025-05-25T20:17:18.000000+0000
+    host ident[pid]: message`), or None when it is no journal entry."""
+    if not line.startswith("{"):
+        return None
+    try:
+        obj = json.loads(line)
+        us = int(obj["__REALTIME_TIMESTAMP"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(obj, dict) or "MESSAGE" not in obj:
+        return None
+    t = datetime.fromtimestamp(us // 1_000_000, timezone.utc)
+    ident = _value(obj.get("SYSLOG_IDENTIFIER") or obj.get("_COMM") or "unknown")
+    pid = _value(obj.get("SYSLOG_PID") or obj.get("_PID") or "")
+    host = _value(obj.get("_HOSTNAME") or "localhost")
+    head = f"{t:%Y-%m-%dT%H:%M:%S}.{us % 1_000_000:06d}+0000 {host} {ident}{f'[{pid}]' if pid else ''}: "
+    return head + _value(obj["MESSAGE"]).rstrip("\n")
+
+
+def _binary_note(path: str) -> str | None:
+    """For a binary journal file, what its line numbers are."""
+    try:
+        with open(path, "rb") as fh:
+            if not journalfile.is_journal(fh.read(len(journalfile.MAGIC))):
+                return None
+    except OSError:
+        return None
+    return (f"a binary journal file: line N is the N-th entry `{journalfile.command(PurePath(path).name)}` prints, "
+            "shown as `journalctl -o short-iso-precise` prints it")
+
+
 def build_excerpts(incident: Incident, context: int, reader: SourceReader | None) -> tuple[Excerpt, ...]:
     sources: dict[str, SourceInfo] = {s.path: s for s in incident.sources}
     cache: dict[str, Sequence[str] | None] = {}
@@ -99,8 +146,14 @@ def build_excerpts(incident: Incident, context: int, reader: SourceReader | None
             cited = {n for e in block for n in range(e.line, max(e.line_end, e.line) + 1)}
             lo, hi = max(1, first - context), min(len(file_lines), last + context)
             # as ingest read them: terminal colour codes out (a coloured dmesg's stamps)
-            lines = tuple(ExcerptLine(n, strip_text(file_lines[n - 1].rstrip("\r\n")), n in cited)
-                          for n in range(lo, hi + 1))
+            texts = [strip_text(file_lines[n - 1].rstrip("\r\n")) for n in range(lo, hi + 1)]
+            src = sources.get(path)
+            if src is not None and src.format in JSON_FORMATS:   # a JSON entry as the journal's own text shows it
+                shown = [as_short(t) for t in texts]
+                if any(x is not None for x in shown):
+                    texts = [x if x is not None else t for x, t in zip(shown, texts)]
+                    notes = (_binary_note(path) or AS_SHORT, *notes)
+            lines = tuple(ExcerptLine(n, t, n in cited) for n, t in zip(range(lo, hi + 1), texts))
             out.append(Excerpt(path, lo, hi, lines, notes, True))
         else:
             merged: dict[int, ExcerptLine] = {}
