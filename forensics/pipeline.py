@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -378,6 +379,10 @@ def binary_kind(head: bytes) -> str | None:
     if not head:
         return None
     text = head.replace(b"\x00", b"")  # NUL holes are handled as text (a half-written log)
+    if len(text) < len(head):   # NULs between short pieces: fixed-size records padded with NULs (wtmp, lastlog);
+        frags = [len(x) for x in re.split(rb"\x00+", head[:65536]) if x]   # a log's holes lie between whole lines
+        if len(frags) >= 2 and sum(frags) < 32 * len(frags):
+            return "binary data"
     ctrl = sum(1 for b in text[:65536] if b < 9 or 13 < b < 32)
     return "binary data" if text and ctrl > 0.3 * min(len(text), 65536) else None
 

@@ -7,6 +7,7 @@ import hashlib
 import json
 import lzma
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -92,13 +93,21 @@ def test_a_directorys_binary_files_are_left_out_and_said(tmp_path: Path) -> None
     logs = tmp_path / "varlog"
     logs.mkdir()
     shutil.copy(SAMPLES / "dmesg.log", logs / "dmesg")
-    (logs / "wtmp").write_bytes(b"\x07\x00\x00\x00" + bytes(380) * 4)   # login records: binary
+    # login records: utmp structs (type, pid, line, id, user, host, exit, session, time, address), NUL-padded; the
+    # address 10.1.2.5 holds a newline byte; lastlog: one record per uid, mostly zeros
+    rec = struct.pack("<hxxi32s4s32s256shhiii16s20s", 7, 61234, b"pts/0", b"ts/0", b"root", b"10.1.2.5", 0, 0, 0,
+                      1748204701, 123456, bytes([10, 1, 2, 5]) + bytes(12), bytes(20))
+    (logs / "wtmp").write_bytes(rec * 5)
+    last = bytearray(292 * 3)
+    last[0:4], last[4:9], last[36:44] = struct.pack("<i", 1748204701), b"pts/0", b"10.1.2.5"
+    (logs / "lastlog").write_bytes(bytes(last))
     (logs / "tool").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(200))
     code, out = _run(tmp_path, "ingest", str(logs))
     assert code == 0, out
     assert (f"skipped   {logs / 'tool'}: not a text log (an ELF executable); a file that is not text in a directory is "
             "left out") in out
     assert f"skipped   {logs / 'wtmp'}: not a text log (binary data)" in out
+    assert f"skipped   {logs / 'lastlog'}: not a text log (binary data)" in out
     assert f"ingested  {logs / 'dmesg'}: dmesg (100%)" in out
     # named itself, it is an error, as before
     code, out = _run(tmp_path, "ingest", str(logs / "tool"))
