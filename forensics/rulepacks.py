@@ -128,6 +128,9 @@ KINDS: dict[str, Role] = {
     "scheduler_exception": Role.SYMPTOM,   # SGLang: `Scheduler hit an exception: Traceback ...`
     "kv_cache_pressure": Role.CONTEXT,     # SGLang: `KV cache pool is full. Retract requests.`
     "mem_sizing_failed": Role.CAUSE,       # SGLang: `Not enough memory. Please try to increase --mem-fraction-static.`
+    "gpu_driver_mismatch": Role.CAUSE,     # NVRM `API mismatch`, NVML `Driver/library version mismatch`
+    "cuda_init_failed": Role.CAUSE,        # PyTorch: `Unexpected error from cudaGetDeviceCount() ... Error 803: ...`
+    "package_changed": Role.CONTEXT,       # dpkg: a package installed, upgraded or removed
 }
 
 # Field casts the engine implements (`forensics.match.CASTS`; a test keeps the two in step).

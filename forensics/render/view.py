@@ -34,6 +34,8 @@ KIND_LABELS: dict[str, str] = {
     "watchdog_timeout": "SGLang scheduler watchdog timeout",
     "gpu_xid": "GPU Xid error",
     "gpu_fallen_off_bus": "GPU fell off the bus",
+    "gpu_driver_mismatch": "NVIDIA driver version mismatch",
+    "cuda_init_failed": "CUDA initialisation failure",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
     "child_failed": "SGLang child process failure",
