@@ -1953,6 +1953,17 @@ def correlate_events(events: pl.DataFrame, correlations: Sequence[Correlation] |
 
 UNIT_END_KINDS = ("service_exited", "service_killed", "service_core_dumped")
 SGLANG_UNIT_NAME = "*sglang*"
+# an inference server's unit, by its name: its main process exiting non-zero is a failure of its own (significant),
+# whatever the error before it (a unit of another name exiting non-zero is, unless a rule's error explains it, a
+# unit failing as many do routinely: fwupd-refresh, a sync job)
+SERVER_UNIT = r"(?i)sglang|vllm"
+_SERVER_UNIT = re.compile(SERVER_UNIT)
+
+
+def server_exit(kind: str, unit: str | None, timed: bool, fields: Mapping[str, Any]) -> bool:
+    """A timed non-zero exit of an inference server's unit (`service_exited` of a unit named as one)."""
+    return (kind == "service_exited" and timed and bool(unit) and bool(_SERVER_UNIT.search(unit or ""))
+            and fields.get("status") not in (0, "0"))
 
 
 def is_sglang_sign(kind: str, rule: str, command: Any) -> bool:

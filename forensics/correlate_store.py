@@ -25,7 +25,7 @@ from pathlib import Path
 import polars as pl
 
 from .cachefiles import code_digest, generation, prune, stamps, write_atomic
-from .correlate import SYSTEMD_KINDS, UNKNOWN_HOST, Correlation, EventView, views
+from .correlate import SERVER_UNIT, SYSTEMD_KINDS, UNKNOWN_HOST, Correlation, EventView, views
 from .schema import EVENT_SCHEMA
 
 DUP_SECONDS = 2.0                      # the same line in two sources: this close in time
@@ -196,6 +196,13 @@ def part_expr() -> pl.Expr:
     return pl.when(host.is_null() | (host == "")).then(pl.lit(UNKNOWN_HOST)).otherwise(host)
 
 
+def _server_exit() -> pl.Expr:
+    """`correlate.server_exit` over the events table."""
+    status = pl.col("fields").fill_null("").str.extract(r'"status":\s*"?(\d+)', 1)
+    return ((pl.col("kind") == "service_exited") & pl.col("ts").is_not_null()
+            & pl.col("unit").fill_null("").str.contains(SERVER_UNIT) & (status.fill_null("") != "0"))
+
+
 def _group_hash() -> pl.Expr:
     return pl.struct("kind", "host", "_sig").hash()
 
@@ -268,7 +275,8 @@ class EventSource:
             pl.col("ts").dt.epoch("us").alias("t_us"),
             part_expr().alias("part"),
             (~kind.is_in(excluded) & (pl.col("severity").fill_null("info").is_in(["error", "critical"])
-                                      | (pl.col("role").fill_null("context") == "cause"))).alias("significant"),
+                                      | (pl.col("role").fill_null("context") == "cause")
+                                      | _server_exit())).alias("significant"),
             pl.col("fields").fill_null("").str.contains_any(['"sm"', '"gpu_arch"', '"arch"', '"compute_capability"',
                                                             '"capability"']).alias("archish"),
             pl.col("fields").fill_null("").str.contains_any(['"unit"', '"cgroup"', '"task_memcg"', '"oom_memcg"'])

@@ -54,6 +54,7 @@ from .correlate import (
     kernel_window,
     load_correlations,
     resolve,
+    server_exit,
     with_runs,
 )
 from .correlate_store import (
@@ -325,7 +326,8 @@ class _Cluster:
 
 def significant(e: EventView, timed: bool = True) -> bool:
     return ((e.t is not None) == timed and e.kind not in CONTEXT_KINDS
-            and (e.severity in ("error", "critical") or e.role == "cause"))
+            and (e.severity in ("error", "critical") or e.role == "cause"
+                 or server_exit(e.kind, e.entities.get("unit"), e.t is not None, e.fields)))
 
 
 STARTS = ("service_started", "server_start")
