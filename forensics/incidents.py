@@ -1506,7 +1506,8 @@ def _with_nodes(store, incs: list[Incident], gap_minutes: float, correlations: S
             d += timedelta(days=1)
         out.sort(key=lambda sk: (sk.t0, sk.id))
         return [nodes.Near(id=sk.id, host=part, t0=sk.t0, start=sk.start, headline=sk.headline,
-                           kind=sk.root_cause.kind, first=sk.root_cause.evidence_for[0] if sk.root_cause.evidence_for else None)
+                           kind=sk.root_cause.kind, units=tuple(sk.units),
+                           first=sk.root_cause.evidence_for[0] if sk.root_cause.evidence_for else None)
                 for sk in out]
 
     def until(part: str) -> str | None:

@@ -14,6 +14,7 @@ do not show). The order of the nodes' first signs says which failed first.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -23,13 +24,17 @@ from typing import Any
 import polars as pl
 
 from .configreview import flags_of
-from .correlate import UNKNOWN_HOST, iso
+from .correlate import SERVER_UNIT, UNKNOWN_HOST, iso
 from .model import Evidence, Gap, Incident, Node, NodeGroup
 from .schema import empty_events
 from .store import scan_files
 
+_SERVER = re.compile(SERVER_UNIT)
 ADDRESS_FLAGS = ("--dist-init-addr", "--nccl-init-addr")   # SGLang's (and its 0.1-0.2 name)
 SAME_LAUNCH_S = 3600.0     # another node's launch belongs to this run when logged this close to this node's
+BEFORE_S = 3600.0          # another node's failure before this one's is looked for at most this long before it
+                           # began: a node that fails stops the others' next collective, which times out after the
+                           # process group's timeout (at most 30 min)
 AFTER_S = 2100.0           # another node's failure after this one's is looked for this long after it ends: NCCL's
                            # watchdog gives up after the process group's timeout (10 min by default, 30 min in older
                            # PyTorch), and the process goes down within a few seconds of it
@@ -59,6 +64,20 @@ class Near:
     headline: str
     kind: str
     first: Evidence | None
+    units: tuple[str, ...] = ()
+
+
+# root causes that take a whole host's GPUs or kernel down, whichever unit they name
+HOST_WIDE = frozenset({"gpu_xid", "gpu_fallen_off_bus", "gpu_driver_mismatch", "kernel_panic", "cpu_lockup",
+                       "hung_task"})
+
+
+def relevant(n: Near, unit: str | None) -> bool:
+    """Whether another host's incident can be its node's failure: it names no unit, or the node's server unit (its
+    launch's, or one named as an inference server), or its root cause takes the host's GPUs down; not a user
+    session's OOM kill on that host."""
+    return (not n.units or n.kind in HOST_WIDE or (unit is not None and unit in n.units)
+            or any(_SERVER.search(u) for u in n.units))
 
 
 def _int(v: str | None) -> int | None:
@@ -130,12 +149,12 @@ def launches(store, addresses: Sequence[str]) -> list[Launch]:  # noqa: ANN001
 
 
 def window(inc: Incident, launched: float | None) -> tuple[float, float] | None:
-    """Where the other nodes' failures of this run are looked for: from this node's launch (or SAME_LAUNCH_S before
-    the incident) to AFTER_S after the incident ended."""
+    """Where the other nodes' failures of this run are looked for: from this node's launch, but no more than
+    BEFORE_S before the incident began, to AFTER_S after it ended."""
     t0, t1 = _seconds(inc.start), _seconds(inc.end)
     if t0 is None or t1 is None:
         return None
-    lo = launched if launched is not None and launched <= t0 else t0 - SAME_LAUNCH_S
+    lo = max(launched, t0 - BEFORE_S) if launched is not None and launched <= t0 else t0 - BEFORE_S
     return lo, t1 + AFTER_S
 
 
@@ -164,7 +183,7 @@ def node_group(inc: Incident, found: Sequence[Launch], near: Callable[[str, floa
         hit = None
         if span is not None:
             lo = max(span[0], x.t or span[0])
-            hit = next(iter(near(part, lo, span[1])), None)
+            hit = next((n for n in near(part, lo, span[1]) if relevant(n, x.unit)), None)
         nodes.append(Node(host=part, node_rank=x.node_rank, unit=x.unit, launched=x.evidence,
                           incident=hit.id if hit else None, start=hit.start if hit else None,
                           headline=hit.headline if hit else None, kind=hit.kind if hit else None,

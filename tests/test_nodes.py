@@ -179,3 +179,30 @@ def test_nodes_of_sglang_logs_that_name_no_host(tmp_path: Path) -> None:
     assert gap.why == (f"{tmp_path / 'node0-sglang.log'} names no host, and no other file of the store names one: its "
                        "events are kept apart as `unknown host (node0-sglang.log)` and cannot be joined with another "
                        "file's (give each file its machine's name).")
+
+
+def test_another_nodes_unrelated_incident_is_not_its_failure(tmp_path: Path) -> None:
+    # node 1's server keeps running; a user's python3 in a session scope is OOM-killed there 5 min before node 0's
+    # NCCL timeout: that is no failure of the server's node
+    session_oom = "\n".join([
+        "2025-05-26T10:05:00+0000 node-b kernel: python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE"
+        "|__GFP_COMP), order=0, oom_score_adj=0",
+        "2025-05-26T10:05:00+0000 node-b kernel: oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,"
+        "mems_allowed=0-1,global_oom,task_memcg=/user.slice/user-1000.slice/session-123.scope,task=python3,pid=7001,"
+        "uid=1000",
+        "2025-05-26T10:05:00+0000 node-b kernel: Out of memory: Killed process 7001 (python3) total-vm:98712344kB, "
+        "anon-rss:95373824kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:421376kB oom_score_adj:0",
+        "2025-05-26T10:30:00+0000 node-b CRON[7100]: (root) CMD (command -v debian-sa1 > /dev/null && debian-sa1 1 1)",
+        ""])
+    quiet_b = "\n".join(node_b().splitlines()[:2]) + "\n" + session_oom
+    store = _store(tmp_path, **{"node-a": node_a(), "node-b": quiet_b})
+    incs = build_incidents(store)
+    assert any(i.hosts == ("node-b",) and "session-123" in i.id for i in incs)
+    a = next(i for i in incs if i.hosts == ("node-a",))
+    (peer,) = a.nodes.nodes
+    assert (peer.host, peer.incident) == ("node-b", None)
+    out = _summary(tmp_path, a.id)
+    assert "The first node to fail" not in out
+    assert ("**No other node failed in the logs.** This host is node 0 of a 2-node server (`--dist-init-addr "
+            f"{ADDR}`). `node-b` (node 1) logged no failure from 09:40:14 to the end of its ingested logs, 10:30:00 "
+            "UTC.") in out, out

@@ -88,7 +88,9 @@ def node_sentences(i: Incident, when: Callable[[datetime], str]) -> tuple[tuple[
                 items.append(f"{_node(n)} logged no failure"
                              + (f" from {when(since)} to {when(until)} UTC" if since and until else ""))
         text = "; ".join(items) + "."
-        out.append(("" if before or after else "No other node failed in the logs.",
+        blind = any((e := parse_ts(n.logs_until)) is not None and e < start for n in quiet)
+        out.append(("" if before or after else "The other nodes' logs stop before this." if blind else
+                    "No other node failed in the logs.",
                     ("" if before or after else f"{server}. ") + text[0].upper() + text[1:]))
     return tuple(out)
 
