@@ -1481,8 +1481,8 @@ def _find(store, specs: Sequence[str], gap_minutes: float, full: bool,  # noqa: 
     return _with_nodes(store, b.build(chosen), gap_minutes, correlations, knowledge) if full else chosen
 
 
-def _with_nodes(store, incs: list[Incident], gap_minutes: float, correlations: Sequence[Correlation] | None,  # noqa: ANN001
-                knowledge: Knowledge | None) -> list[Incident]:
+def _with_nodes(store, incs: list[Incident], gap_minutes: float,  # noqa: ANN001
+                correlations: Sequence[Correlation] | None, knowledge: Knowledge | None) -> list[Incident]:
     """The incidents, those of a multi-node server with the other nodes' launches and incidents nearby
     (forensics.nodes): read only when an incident's launch configuration names several nodes."""
     addrs = sorted({g[0] for g in map(nodes.group_of, incs) if g is not None})

@@ -151,7 +151,7 @@ class SourceResult:
 class IngestReport:
     results: list[SourceResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)   # inputs that could not even be opened
-    skipped: list[str] = field(default_factory=list)  # what a directory held that is left out (a store, binaries), and why
+    skipped: list[str] = field(default_factory=list)  # what a directory held that is left out (a store, a binary)
     anchors: list[BootAnchor] = field(default_factory=list)
     zones: list[ZoneResult] = field(default_factory=list)   # zones read off lines a source with exact times holds
 
@@ -360,8 +360,8 @@ BINARY_MAGIC = ((b"\x7fELF", "an ELF executable"), (b"\x89PNG\r\n\x1a\n", "a PNG
 TAR = "a tar archive"
 # an archive's logs are files of their own (each with its format, host and line numbers): they are not read as
 # one text glued from the members and the archive's headers (a sosreport's `.tar.xz` was one `journal-short` source)
-ARCHIVE_FIX = {"a compressed systemd journal file": "Decompress it and ingest the `.journal` file, which forensics reads "
-                                                      "through journalctl",
+ARCHIVE_FIX = {"a compressed systemd journal file": ("Decompress it and ingest the `.journal` file, which forensics "
+                                                      "reads through journalctl"),
                TAR: "Extract it (`tar xf {file}`) and ingest the logs in it (a directory is read recursively: "
                     "`forensics ingest DIR`)",
                "a zip archive": "Extract it (`unzip {file}`) and ingest the logs in it (a directory is read "

@@ -58,7 +58,8 @@ def node_sentences(i: Incident, when: Callable[[datetime], str]) -> tuple[tuple[
                 f"{_node(m)} at {when(u)} UTC (incident `{m.incident}`): {m.headline}" for u, m in before[1:]) + "."
         out.append((lead, s))
     if after:
-        lead = "Other nodes went down after this one." if before else "Other nodes of this server went down after this one."
+        lead = ("Other nodes went down after this one." if before else
+                "Other nodes of this server went down after this one.")
         items = [f"{_node(n)} at {when(t)} UTC, {duration((t - start).total_seconds())} after this began (incident "
                  f"`{n.incident}`, {_where(n.first)}): {n.headline}" for t, n in after]
         s = ("" if before else f"{server}: ") + f"{'; '.join(items)}."
@@ -79,8 +80,8 @@ def node_sentences(i: Incident, when: Callable[[datetime], str]) -> tuple[tuple[
         for n in quiet:
             end = parse_ts(n.logs_until)
             if end is not None and end < start:
-                items.append(f"the ingested logs of {_node(n)} end at {when(end)} UTC, before this incident began: what "
-                             "it did then cannot be seen")
+                items.append(f"the ingested logs of {_node(n)} end at {when(end)} UTC, before this incident began: "
+                             "what it did then cannot be seen")
             elif end is not None and until is not None and end < until:
                 items.append(f"{_node(n)} logged no failure from {when(since) if since else 'its launch'} to the end "
                              f"of its ingested logs, {when(end)} UTC")
