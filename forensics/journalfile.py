@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from functools import cache
 from pathlib import Path
+from typing import BinaryIO
 
 MAGIC = b"LPKSHHRH"
 ARGS = ("-o", "json", "--all", "--no-pager", "--file")   # --all: fields over 4 KiB too (else printed as null)
@@ -91,13 +92,15 @@ class JournalStream(io.RawIOBase):
         super().close()
 
 
-def read_all(path: Path) -> bytes | None:
-    """The whole of what journalctl prints for the file (a report quoting its entries); None when it cannot."""
+def write_all(path: Path, out: BinaryIO) -> bool:
+    """What journalctl prints for the file, written to `out` (a report quoting its entries reads them from there,
+    a journal's JSON being several times the file); False when it cannot run."""
     exe = journalctl()
     if exe is None:
-        return None
+        return False
     try:
-        return subprocess.run([exe, *ARGS, str(path)], capture_output=True, timeout=600, env=_env(),
-                              stdin=subprocess.DEVNULL).stdout
+        subprocess.run([exe, *ARGS, str(path)], stdout=out, stderr=subprocess.DEVNULL, timeout=600, env=_env(),
+                       stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
-        return None
+        return False
+    return True

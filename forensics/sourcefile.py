@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import json
 import os
+import tempfile
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -66,6 +67,7 @@ class FileLines(Sequence[str]):
         self.starts, self.first, self.n = index if index is not None else _chunk_index(raw or b"", chunk)
         self.size = len(raw) if raw is not None else size
         self.split: dict[int, list[bytes]] = {}
+        self.keep: object = None     # what must live as long as the lines (a temporary file holding them)
 
     def __len__(self) -> int:
         return self.n
@@ -254,5 +256,12 @@ def _journal_lines(path: Path, sha256: str) -> Sequence[str] | None:
             h.update(block)
     if not sha256 or not h.hexdigest().startswith(sha256.lower()):
         return None
-    out = journalfile.read_all(path)
-    return FileLines(out) if out is not None else None
+    tmp = tempfile.NamedTemporaryFile(prefix="forensics-journal-", suffix=".json")  # noqa: SIM115 - kept below
+    if not journalfile.write_all(path, tmp):
+        tmp.close()
+        return None
+    tmp.flush()
+    _, index, size = _hash_index(Path(tmp.name))
+    lines = FileLines(None, path=Path(tmp.name), index=index, size=size)
+    lines.keep = tmp   # the text lives as long as its lines: deleted when they are
+    return lines
