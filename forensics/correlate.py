@@ -1960,10 +1960,14 @@ SERVER_UNIT = r"(?i)sglang|vllm"
 _SERVER_UNIT = re.compile(SERVER_UNIT)
 
 
+def is_server_unit(unit: str | None) -> bool:
+    """A unit named as an inference server's (SERVER_UNIT)."""
+    return bool(unit) and bool(_SERVER_UNIT.search(unit or ""))
+
+
 def server_exit(kind: str, unit: str | None, timed: bool, fields: Mapping[str, Any]) -> bool:
     """A timed non-zero exit of an inference server's unit (`service_exited` of a unit named as one)."""
-    return (kind == "service_exited" and timed and bool(unit) and bool(_SERVER_UNIT.search(unit or ""))
-            and fields.get("status") not in (0, "0"))
+    return kind == "service_exited" and timed and is_server_unit(unit) and fields.get("status") not in (0, "0")
 
 
 def is_sglang_sign(kind: str, rule: str, command: Any) -> bool:

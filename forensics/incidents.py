@@ -1490,10 +1490,13 @@ def _with_nodes(store, incs: list[Incident], gap_minutes: float,  # noqa: ANN001
         return incs
     found = nodes.launches(store, addrs)
     parts = sorted({x.part for x in found})
-    if not found:
-        return [_noded(i, nodes.node_group(i, found, lambda *_: ())) for i in incs]
-    pb = _Builder(store, gap_minutes, correlations, knowledge, full=False, hosts=parts)
     days: dict[str, list[_Skeleton]] = {}
+    peer: list[_Builder] = []          # the other nodes' hosts' builder, made when a node other than an incident's is
+
+    def builder() -> _Builder:
+        if not peer:
+            peer.append(_Builder(store, gap_minutes, correlations, knowledge, full=False, hosts=parts))
+        return peer[0]
 
     def near(part: str, lo: float, hi: float) -> list[nodes.Near]:
         out = []
@@ -1501,17 +1504,17 @@ def _with_nodes(store, incs: list[Incident], gap_minutes: float,  # noqa: ANN001
         while d <= datetime.fromtimestamp(hi, timezone.utc).date():
             day = d.isoformat()
             if day not in days:
-                days[day] = [sk for sk in pb.day_skeletons(day) if (sk.start or "")[:10] == day]
+                days[day] = [sk for sk in builder().day_skeletons(day) if (sk.start or "")[:10] == day]
             out += [sk for sk in days[day] if sk.cluster.host == part and sk.t0 is not None and lo <= sk.t0 <= hi]
             d += timedelta(days=1)
         out.sort(key=lambda sk: (sk.t0, sk.id))
-        return [nodes.Near(id=sk.id, host=part, t0=sk.t0, start=sk.start, headline=sk.headline,
+        return [nodes.Near(id=sk.id, start=sk.start, headline=sk.headline,
                            kind=sk.root_cause.kind, units=tuple(sk.units),
                            first=sk.root_cause.evidence_for[0] if sk.root_cause.evidence_for else None)
                 for sk in out]
 
     def until(part: str) -> str | None:
-        return max((x.last_ts for x in _source_infos(pb.prep, part) if x.last_ts), default=None)
+        return max((x.last_ts for x in _source_infos(builder().prep, part) if x.last_ts), default=None)
 
     return [_noded(i, nodes.node_group(i, found, near, until)) for i in incs]
 

@@ -14,7 +14,6 @@ do not show). The order of the nodes' first signs says which failed first.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -24,12 +23,11 @@ from typing import Any
 import polars as pl
 
 from .configreview import flags_of
-from .correlate import SERVER_UNIT, UNKNOWN_HOST, iso
+from .correlate import UNKNOWN_HOST, is_server_unit, iso
 from .model import Evidence, Gap, Incident, Node, NodeGroup
 from .schema import empty_events
 from .store import scan_files
 
-_SERVER = re.compile(SERVER_UNIT)
 ADDRESS_FLAGS = ("--dist-init-addr", "--nccl-init-addr")   # SGLang's (and its 0.1-0.2 name)
 SAME_LAUNCH_S = 3600.0     # another node's launch belongs to this run when logged this close to this node's
 BEFORE_S = 3600.0          # another node's failure before this one's is looked for at most this long before it
@@ -46,7 +44,6 @@ class Launch:
 
     part: str                 # the host its incidents are grouped under
     address: str
-    nnodes: int | None
     node_rank: int | None
     unit: str | None
     t: float | None
@@ -55,11 +52,9 @@ class Launch:
 
 @dataclass(frozen=True)
 class Near:
-    """Another host's incident (a skeleton's id, span and headline, and the line of its first sign)."""
+    """Another host's incident (a skeleton's id, start and headline, and the line of its first sign)."""
 
     id: str
-    host: str
-    t0: float | None
     start: str | None
     headline: str
     kind: str
@@ -77,7 +72,7 @@ def relevant(n: Near, unit: str | None) -> bool:
     launch's, or one named as an inference server), or its root cause takes the host's GPUs down; not a user
     session's OOM kill on that host."""
     return (not n.units or n.kind in HOST_WIDE or (unit is not None and unit in n.units)
-            or any(_SERVER.search(u) for u in n.units))
+            or any(is_server_unit(u) for u in n.units))
 
 
 def _int(v: str | None) -> int | None:
@@ -85,6 +80,11 @@ def _int(v: str | None) -> int | None:
         return int(str(v).strip()) if v is not None else None
     except ValueError:
         return None
+
+
+def _rank(flags: dict[str, str]) -> int | None:
+    """`--node-rank` (SGLang's default, 0, when the launch gives none)."""
+    return _int(flags.get("--node-rank")) if "--node-rank" in flags else 0
 
 
 def _address(flags: dict[str, str]) -> str | None:
@@ -103,7 +103,7 @@ def group_of(inc: Incident) -> tuple[str, int, int | None, float | None] | None:
         nnodes, addr = _int(flags.get("--nnodes")), _address(flags)
         if addr and nnodes is not None and nnodes > 1:
             t = _seconds(c.evidence.ts)
-            return addr, nnodes, _int(flags.get("--node-rank")) if "--node-rank" in flags else 0, t
+            return addr, nnodes, _rank(flags), t
     return None
 
 
@@ -138,8 +138,7 @@ def launches(store, addresses: Sequence[str]) -> list[Launch]:  # noqa: ANN001
             continue
         ts = r["ts"]
         part = r["host"] or f"{UNKNOWN_HOST} ({PurePath(r['path']).name})"
-        out.append(Launch(part=part, address=addr, nnodes=_int(flags.get("--nnodes")),
-                          node_rank=_int(flags.get("--node-rank")) if "--node-rank" in flags else 0, unit=r["unit"],
+        out.append(Launch(part=part, address=addr, node_rank=_rank(flags), unit=r["unit"],
                           t=ts.timestamp() if ts is not None else None,
                           evidence=Evidence(path=r["path"], line=r["line"], line_end=r["line_end"] or r["line"],
                                             ts=iso(ts), ts_source=r["ts_source"] or "", text=r["message"] or "",

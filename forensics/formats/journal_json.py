@@ -23,18 +23,25 @@ def _field(name: str) -> pl.Expr:
     return pl.col("obj").str.json_path_match(f"$.{name}")
 
 
-def _decode_message(value: str | None) -> str:
+def field_text(value: object) -> str:
+    """A journal JSON field's decoded value as text: a string; an array of bytes (a value that is not UTF-8 or
+    holds control characters) decoded; a repeated field's values, one per line; null as OMITTED."""
     if value is None:
         return OMITTED
-    if value.startswith("["):
-        try:
-            items = json.loads(value)
-        except ValueError:
-            return value
-        if all(isinstance(i, int) for i in items):
-            return bytes(i & 0xFF for i in items).decode("utf-8", "replace")
-        return "\n".join(str(i) for i in items)  # a repeated field: all values
-    return value
+    if isinstance(value, list):
+        if all(isinstance(i, int) for i in value):
+            return bytes(i & 0xFF for i in value).decode("utf-8", "replace")
+        return "\n".join(str(i) for i in value)  # a repeated field: all values
+    return str(value)
+
+
+def _decode_message(value: str | None) -> str:
+    if value is None or not value.startswith("["):
+        return field_text(value)
+    try:
+        return field_text(json.loads(value))
+    except ValueError:
+        return value
 
 
 # the fields that say where an entry comes from, read as journalctl's short output reads them (`output_short()`)

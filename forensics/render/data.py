@@ -14,6 +14,7 @@ from pathlib import PurePath
 
 from forensics import journalfile
 from forensics.ansi import strip_text
+from forensics.formats.journal_json import field_text
 from forensics.model import Evidence, Incident, SourceInfo
 from forensics.render.options import ReportOptions, SourceReader
 
@@ -77,13 +78,6 @@ JSON_FORMATS = frozenset({"journal-json"})   # one journal entry per line (`jour
 AS_SHORT = "each JSON entry shown as `journalctl -o short-iso-precise` prints it"
 
 
-def _value(v: object) -> str:
-    """A journal JSON field's value as text: a string, or (binary-safe) an array of its bytes."""
-    if isinstance(v, list) and all(isinstance(b, int) and 0 <= b < 256 for b in v):
-        return bytes(v).decode("utf-8", "replace")
-    return "" if v is None else str(v)
-
-
 def as_short(line: str) -> str | None:
     """A `journalctl -o json` line as `-o short-iso-precise` prints its entry (`2025-05-25T20:17:18.000000+0000
     host ident[pid]: message`), or None when it is no journal entry."""
@@ -97,11 +91,11 @@ def as_short(line: str) -> str | None:
     if not isinstance(obj, dict) or "MESSAGE" not in obj:
         return None
     t = datetime.fromtimestamp(us // 1_000_000, timezone.utc)
-    ident = _value(obj.get("SYSLOG_IDENTIFIER") or obj.get("_COMM") or "unknown")
-    pid = _value(obj.get("SYSLOG_PID") or obj.get("_PID") or "")
-    host = _value(obj.get("_HOSTNAME") or "localhost")
+    ident = field_text(obj.get("SYSLOG_IDENTIFIER") or obj.get("_COMM") or "unknown")
+    pid = field_text(obj.get("SYSLOG_PID") or obj.get("_PID") or "")
+    host = field_text(obj.get("_HOSTNAME") or "localhost")
     head = f"{t:%Y-%m-%dT%H:%M:%S}.{us % 1_000_000:06d}+0000 {host} {ident}{f'[{pid}]' if pid else ''}: "
-    return head + _value(obj["MESSAGE"]).rstrip("\n")
+    return head + field_text(obj["MESSAGE"]).rstrip("\n")
 
 
 def _binary_note(path: str) -> str | None:

@@ -3,7 +3,7 @@ node failed first, and what became of the others."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import PurePath
 
@@ -32,9 +32,7 @@ def node_sentences(i: Incident, when: Callable[[datetime], str]) -> tuple[tuple[
     server = (f"This host is node {g.node_rank} of a {g.nnodes}-node server (`--dist-init-addr {g.address}`)"
               if g.node_rank is not None else f"This host is a node of a {g.nnodes}-node server "
                                               f"(`--dist-init-addr {g.address}`)")
-    failed = [(parse_ts(n.start), n) for n in g.nodes if n.incident]
-    before = sorted(((t, n) for t, n in failed if t is not None and t < start), key=lambda x: (x[0], x[1].host))
-    after = sorted(((t, n) for t, n in failed if t is not None and t >= start), key=lambda x: (x[0], x[1].host))
+    before, after = _failed(g.nodes, start, True), _failed(g.nodes, start, False)
     quiet = [n for n in g.nodes if not n.incident]
     out: list[tuple[str, str]] = []
     root = i.root_cause
@@ -96,14 +94,19 @@ def node_sentences(i: Incident, when: Callable[[datetime], str]) -> tuple[tuple[
     return tuple(out)
 
 
+def _failed(nodes: Sequence[Node], start: datetime, before: bool) -> list[tuple[datetime, Node]]:
+    """The nodes whose incident began before `start` (or at or after it), with its time, in time order."""
+    out = [(t, n) for n in nodes if n.incident and (t := parse_ts(n.start)) is not None and (t < start) == before]
+    return sorted(out, key=lambda x: (x[0], x[1].host))
+
+
 def first_failed(i: Incident) -> Node | None:
     """The other node whose incident began first, before this one's (None: none did)."""
     start = parse_ts(i.start)
     if i.nodes is None or start is None:
         return None
-    before = [(t, n.host, n) for n in i.nodes.nodes if n.incident and (t := parse_ts(n.start)) is not None
-              and t < start]
-    return min(before, key=lambda x: (x[0], x[1]))[2] if before else None
+    before = _failed(i.nodes.nodes, start, True)
+    return before[0][1] if before else None
 
 
 def _victim(n: Node) -> bool:
