@@ -36,6 +36,7 @@ import yaml
 
 from .correlate import EventView, Location, evidence_of, fill, fill_prose, template_names
 from .correlate import _Reader as _NodeReader
+from .gpuholders import others_fields
 from .model import Flag, ServerConfig
 
 # libyaml's safe loader when PyYAML has it (same nodes and marks, several times faster)
@@ -460,6 +461,8 @@ def enricher(kn: Knowledge) -> Callable[[str, dict[str, Any], str], dict[str, An
                                                   "summary line would say whether it was global or a cgroup limit)")
         if kind == "cuda_oom":
             out.setdefault("load_text", "")       # filled from the last batch line before it, when there is one
+            for k, v in others_fields(fields).items():    # the GPU's other processes, from PyTorch's list
+                out.setdefault(k, v)
         if fields.get("xid") is not None:
             meaning = kn.xid(fields["xid"])
             if meaning:

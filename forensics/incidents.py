@@ -71,7 +71,7 @@ from .correlate_store import (
 )
 from .correlate_local import LocalMatcher
 from .dayscope import Reach, Span, Window, day_of, first_window
-from . import dayscope, nodes
+from . import dayscope, gpuholders, nodes
 from .environment import Fingerprint, fingerprints
 from .record_tables import compute_tables, host_fills, record_tables, unit_fills
 from .schema import YEAR_MTIME, YEAR_NOW, empty_events
@@ -221,8 +221,15 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
 
     sglang = once(partial(_sglang_units, events))   # read once, the first time a unit's end asks
 
+    # the records with hosts and units filled, for the pids a CUDA OOM names (gpuholders)
+    records = store.records().with_columns(fill_host.alias("host")).with_columns(
+        fills.filled(pl.col("unit").is_null() & (pl.col("ident").fill_null("") != "kernel")).alias("unit"))
+
     def load(e: EventView) -> EventView:
-        e = _with_load(store, e) if e.kind == "cuda_oom" and e.t is not None else e
+        if e.kind == "cuda_oom" and e.t is not None:
+            e = _with_load(store, e)
+            if e.fields.get("others_pids"):
+                e = gpuholders.with_holders(records, events, e)
         return with_runs(e, sglang)
 
     # the narrow frame is kept in the store's cache, named after the events files and what fills their hosts

@@ -36,6 +36,7 @@ KIND_LABELS: dict[str, str] = {
     "gpu_fallen_off_bus": "GPU fell off the bus",
     "gpu_driver_mismatch": "NVIDIA driver version mismatch",
     "cuda_init_failed": "CUDA initialisation failure",
+    "gpu_memory_occupied": "GPU memory taken by other processes",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
     "child_failed": "SGLang child process failure",
