@@ -131,6 +131,7 @@ KINDS: dict[str, Role] = {
     "gpu_driver_mismatch": Role.CAUSE,     # NVRM `API mismatch`, NVML `Driver/library version mismatch`
     "cuda_init_failed": Role.CAUSE,        # PyTorch: `Unexpected error from cudaGetDeviceCount() ... Error 803: ...`
     "package_changed": Role.CONTEXT,       # dpkg: a package installed, upgraded or removed
+    "fabric_manager_failed": Role.CAUSE,   # nv-fabricmanager: `... driver interface version X don't match with driver version Y`
     "gpu_memory_occupied": Role.CAUSE,     # SGLang `Some GPUs may be occupied by other processes`, vLLM `Free memory on device`
 }
 
