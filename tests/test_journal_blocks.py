@@ -135,7 +135,8 @@ def test_a_traceback_at_the_end_of_a_file_is_one_record(tmp_path) -> None:  # no
     tbs, ev = _crash_events(tmp_path, _journal(20, 0))
     assert tbs.height == 1 and tbs["message"][0].endswith(_TB[-1]) and tbs["line_end"][0] == 24
     titles = dict(zip(ev["kind"], ev["title"]))
-    assert titles["scheduler_exception"] == "SGLang Scheduler crashed: torch.OutOfMemoryError"
+    assert titles["scheduler_exception"] == ("SGLang Scheduler crashed: torch.OutOfMemoryError: CUDA out of memory. "
+                                             "Tried to allocate 5.24 GiB.")
     assert "python_traceback" in titles
 
 
@@ -150,7 +151,8 @@ def test_a_traceback_across_a_batch_cut_is_one_record(tmp_path, monkeypatch) -> 
         tbs, ev = _crash_events(d, text, monkeypatch, batch=cut)
         assert tbs.height == 1 and tbs["message"][0].endswith(_TB[-1]), tbs["message"].to_list()
         titles = dict(zip(ev["kind"], ev["title"]))
-        assert titles["scheduler_exception"] == "SGLang Scheduler crashed: torch.OutOfMemoryError"
+        assert titles["scheduler_exception"] == ("SGLang Scheduler crashed: torch.OutOfMemoryError: CUDA out of memory. "
+                                             "Tried to allocate 5.24 GiB.")
         assert (ev["kind"] == "python_traceback").sum() == 1
 
 

@@ -37,6 +37,7 @@ KIND_LABELS: dict[str, str] = {
     "gpu_driver_mismatch": "NVIDIA driver version mismatch",
     "cuda_init_failed": "CUDA initialisation failure",
     "gpu_memory_occupied": "GPU memory taken by other processes",
+    "disk_full": "full filesystem",
     "fabric_manager_failed": "NVIDIA fabric manager failure",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
