@@ -39,6 +39,10 @@ def drop_asides(template: str, missing: Callable[[str], bool],
 
 
 def drop_tail(template: str, missing: Callable[[str], bool]) -> str:
-    """`template` without its tail `: {name}` when `missing` says the name has no value."""
+    """`template` without its tail `: {name}` when `missing` says the name has no value, and so on for the tail
+    before it (`crashed: {exception}: {message}` with neither reads `crashed`), as the vectorised titles do."""
     m = TAIL.search(template)
-    return template[:m.start()] if m and missing(m.group(1)) else template
+    if not m:
+        return template
+    head = drop_tail(template[:m.start()], missing)
+    return head if missing(m.group(1)) else head + template[m.start():]

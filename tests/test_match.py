@@ -938,6 +938,24 @@ def test_an_exit_status_without_its_name_reads_cleanly() -> None:
     assert rule.render_title({"unit": "a.service", "which": "Control", "status": 203}) == want[0]
 
 
+def test_a_crash_title_drops_its_missing_tails_on_both_paths() -> None:
+    """`SGLang {component} crashed: {exception}: {exception_message}`: a worker's crash names the exception and its
+    message; a traceback cut before its exception line reads `SGLang Scheduler crashed`, on the polars path and in
+    Python alike (the fuzz test found the two disagreeing when both tails were missing)."""
+    rules = load_rules(env={})
+    rule = next(r for r in rules.rules if r.id == "sglang.worker_exception")
+    text = ("[2025-05-25 20:17:19 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "/x/scheduler.py", line 1, in f\n    g()\nOSError: [Errno 28] No space left on device\n')
+    ev = match_records(parse_text(text), rules)
+    assert ev.filter(pl.col("rule") == rule.id)["title"].to_list() == [
+        "SGLang Scheduler crashed: OSError: [Errno 28] No space left on device"]
+    cut = "[2025-05-25 20:17:19 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+    assert match_records(parse_text(cut), rules).filter(pl.col("rule") == rule.id)["title"].to_list() == [
+        "SGLang Scheduler crashed"]
+    assert rule.render_title({"component": "Scheduler"}) == "SGLang Scheduler crashed"
+    assert rule.render_title({"component": "Scheduler", "exception": "KeyError"}) == "SGLang Scheduler crashed: KeyError"
+
+
 def test_rescan_reads_contexts_across_its_slices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`forensics rescan` reads a source's records a slice at a time and matches them as ingest does: an OOM
     report cut by a slice keeps its trigger and reaper lines (before, each slice was matched alone)."""
