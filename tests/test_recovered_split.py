@@ -106,8 +106,9 @@ def test_an_sglang_logs_server_is_in_the_impact(tmp_path: Path) -> None:
     # down (`Received sigquit from a child process`: the launcher then kills the whole tree)
     store = _ingest(tmp_path, _nccl("12:33:45"))
     out = CliRunner().invoke(main, ["--store", store, "report", "--incident", "2025-05-28-sglang-log-cuda-oom"]).output
+    # back when it was ready again (12:28:37), not when it started loading (12:28:24): the outage a user saw
     assert ("| `SGLang server (sglang.log)` | 12:27:07 UTC | SGLang: a child process failed (SIGQUIT to the launcher) "
-            "| 12:28:24 UTC | 1 min 17 s |") in out, out
+            "| 12:28:37 UTC | 1 min 30 s |") in out, out
     assert ("- `SGLang server (sglang.log)`: started 12:20:05, ready 12:20:30 (25 s to load), down 12:27:07 after "
             "6 min 37 s up; started 12:28:24, ready 12:28:37 (13 s to load).") in out
     assert "1 service failed on `unknown host (sglang.log)`: `SGLang server (sglang.log)` at 12:27:07 UTC." in out

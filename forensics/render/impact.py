@@ -32,8 +32,9 @@ class Outage:
     host: str | None
     down: datetime
     down_title: str
-    back: datetime | None        # the next start, or None: not back within the logs
+    back: datetime | None        # the next start (a server's: when it was ready again), or None: not back in the logs
     logs_end: datetime | None    # the last time the incident's sources cover
+    failed_restarts: int = 0     # a server's starts before `back` that went down before they were ready
 
     @property
     def seconds(self) -> float | None:
@@ -46,6 +47,7 @@ class UnitImpact:
     unit: str
     runs: tuple[Run, ...]
     outages: tuple[Outage, ...]
+    gave_up: datetime | None = None   # systemd stopped restarting it (`Start request repeated too quickly.`)
 
 
 def logs_end(incident: Incident) -> datetime | None:
@@ -127,11 +129,43 @@ def unit_impacts(incident: Incident) -> tuple[UnitImpact, ...]:
     for unit, evs, starts, down in groups:
         host = next((e.host for e in evs if e.host), None)
         runs = [r for r in _runs(evs, starts, down) if r.started or r.ready or r.down]
-        outages = []
-        for i, r in enumerate(runs):
-            if r.down is None:
-                continue
-            back = next((n.started for n in runs[i + 1:] if n.started), None)
-            outages.append(Outage(unit, host, r.down, r.down_title, back, end))
-        out.append(UnitImpact(unit, tuple(runs), tuple(outages)))
+        outages = _served_outages(unit, host, runs, end) if _tells_ready(evs) else _outages(unit, host, runs, end)
+        gave_up = next((parse_ts(e.ts) for e in evs if e.kind == "start_limit_hit"), None)
+        out.append(UnitImpact(unit, tuple(runs), tuple(outages), gave_up))
     return tuple(out)
+
+
+def _tells_ready(evs: list[Event]) -> bool:
+    """Whether the unit's lines in the incident would show it ready again: a readiness line, or the server's own
+    output (SGLang's or vLLM's start, its launch arguments as it logs them). A unit file's `ExecStart=` says
+    nothing of what was ingested, so it does not count."""
+    return any(e.kind in READY_KINDS or e.kind in SERVER_START_KINDS
+               or (e.kind == "server_config" and (e.rule or "").startswith(("sglang.", "vllm."))) for e in evs)
+
+
+def _outages(unit: str, host: str | None, runs: list[Run], end: datetime | None) -> list[Outage]:
+    """Each down, back at the next start."""
+    out = []
+    for i, r in enumerate(runs):
+        if r.down is not None:
+            back = next((n.started for n in runs[i + 1:] if n.started), None)
+            out.append(Outage(unit, host, r.down, r.down_title, back, end))
+    return out
+
+
+def _served_outages(unit: str, host: str | None, runs: list[Run], end: datetime | None) -> list[Outage]:
+    """A server's outages: from a down to the next time it was ready (a restart that went down before it was
+    ready is part of the outage, counted), or to the end of the logs."""
+    out = []
+    i = 0
+    while i < len(runs):
+        r = runs[i]
+        if r.down is None:
+            i += 1
+            continue
+        j = next((k for k in range(i + 1, len(runs)) if runs[k].ready), None)
+        last = j if j is not None else len(runs)
+        failed = sum(1 for k in range(i + 1, last) if runs[k].down)
+        out.append(Outage(unit, host, r.down, r.down_title, runs[j].ready if j is not None else None, end, failed))
+        i = last
+    return out

@@ -41,6 +41,7 @@ def _incident(inc: Incident, iv: IncidentView, clock: Clock) -> dict[str, Any]:
             impact.append({
                 "unit": o.unit, "host": o.host, "down_at": _iso(o.down), "shown_by": o.down_title,
                 "back_at": _iso(o.back), "down_seconds": o.seconds, "until_end_of_logs": o.back is None,
+                "failed_restarts": o.failed_restarts,
             })
     timeline = []
     for r in iv.timeline:

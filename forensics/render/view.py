@@ -7,7 +7,7 @@ import re
 import shlex
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from forensics.configreview import is_dump
 from forensics.correlate import STANDARD_NAMES
@@ -141,6 +141,8 @@ class ConclusionView:
     evidence_against: tuple[EvidenceView, ...]
     alternatives: tuple[str, ...]
     next_steps: tuple[str, ...]
+    again: str = ""       # `The same happened 4 more times: at 09:01:31, ...` (the summary tells repeats once)
+    repeat: bool = False  # the same as an earlier conclusion but for its times: the summary leaves it out
 
 
 @dataclass(frozen=True)
@@ -184,17 +186,21 @@ class ImpactRow:
     back: str             # when it came back, or `not within the logs`
     down_for: str
     runs: tuple[str, ...]  # `started 20:19:40, ready 20:29:11 (9 min 31 s), down 20:29:47 after 36 s up`
+    restarts: int = 0      # restarts within the outage that went down before the server was ready
 
 
 @dataclass(frozen=True)
 class UnitFailures:
     unit: str
     downs: tuple[str, ...]   # each time it went down, in time order (`20:17:19 UTC`)
+    restarts: int = 0        # restarts that went down before the server was ready (impact)
 
     @property
     def when(self) -> str:
-        """`20:17:19 UTC`, `20:17:19 UTC and 20:29:48 UTC`, `a, b and c`."""
-        return _and(self.downs)
+        """`20:17:19 UTC`, `20:17:19 UTC and 20:29:48 UTC`, `a, b and c`; `..., and on each of its 4 restarts`."""
+        again = ("" if not self.restarts else ", and on its restart" if self.restarts == 1 else
+                 f", and on each of its {self.restarts} restarts")
+        return _and(self.downs) + again
 
 
 @dataclass(frozen=True)
@@ -486,6 +492,27 @@ class _Builder:
             evidence_against=tuple(self.evidence(x) for x in c.evidence_against),
             alternatives=c.alternatives, next_steps=c.next_steps)
 
+    def repeats(self, views: tuple[ConclusionView, ...], found: Sequence[Conclusion]) -> tuple[ConclusionView, ...]:
+        """A crash loop's conclusions told once in the summary: a conclusion the same as an earlier one (its rule,
+        unit, kind, confidence and statement but for the times and lines in it) is marked a repeat, and the first
+        says when the same happened again."""
+        first: dict[tuple[str, ...], int] = {}
+        again: dict[int, list[str]] = {}
+        out = list(views)
+        for n, (v, c) in enumerate(zip(views, found)):
+            key = (v.rule, v.unit, v.kind, v.confidence, _masked(v.statement))
+            if key not in first:
+                first[key] = n
+                continue
+            ce = self.events.get(c.cause_event) if c.cause_event else None
+            at = parse_ts(ce.ts) if ce is not None and ce.ts else None
+            again.setdefault(first[key], []).append(self.clock.utc_text(at, self.utc_dates) if at else "undated")
+            out[n] = replace(v, repeat=True)
+        for n, times in again.items():
+            more = "once more" if len(times) == 1 else f"{len(times)} more times"
+            out[n] = replace(out[n], again=f"The same happened {more}: at {_and(times)}.")
+        return tuple(out)
+
     def neighbours(self) -> tuple[str, ...]:
         """Sentences on the incidents of the same host just before and after, told apart only because the server
         was ready again in between (`incidents._neighbour`)."""
@@ -542,6 +569,10 @@ class _Builder:
                     bits.append(f"down {self.clock.utc_text(r.down, self.utc_dates)}{up}")
                 if r.started or r.ready:
                     runs.append(", ".join(bits))
+            if ui.gave_up is not None:
+                runs.append(f"then systemd stopped restarting it at {self.clock.utc_text(ui.gave_up, self.utc_dates)} "
+                            f"(start request repeated too quickly): it stays down until systemctl reset-failed "
+                            f"{ui.unit} and a start")
             for n, o in enumerate(ui.outages):   # the unit's runs go with its first outage, listed once
                 secs = o.seconds
                 if o.back is not None:
@@ -551,8 +582,11 @@ class _Builder:
                     back = "not within the logs"
                     down_for = (f"at least {duration(secs)} (until the logs end)" if secs else
                                 "still down when the logs end")
+                if o.failed_restarts:
+                    again = "once" if o.failed_restarts == 1 else f"{o.failed_restarts} times"
+                    down_for += f"; restarted {again}, down again before it was ready"
                 rows.append(ImpactRow(ui.unit, o.host or "", self.clock.both(o.down, with_date=self.utc_dates),
-                                      o.down_title, back, down_for, tuple(runs) if n == 0 else ()))
+                                      o.down_title, back, down_for, tuple(runs) if n == 0 else (), o.failed_restarts))
         return tuple(rows)
 
     def configs(self) -> tuple[ConfigView, ...]:
@@ -633,9 +667,10 @@ class _Builder:
             window = self.clock.both(start or end)
         timeline = self.timeline()
         impact = self.impact()
-        failures = tuple(UnitFailures(u, tuple(r.down for r in impact if r.unit == u))
+        failures = tuple(UnitFailures(u, tuple(r.down for r in impact if r.unit == u),
+                                      sum(r.restarts for r in impact if r.unit == u))
                          for u in dict.fromkeys(r.unit for r in impact))
-        conclusions = tuple(self.conclusion(c) for c in i.conclusions)
+        conclusions = self.repeats(tuple(self.conclusion(c) for c in i.conclusions), i.conclusions)
         root = next((c for c in conclusions if c.is_root), None)
         actions = self.actions()
         return IncidentView(
@@ -651,6 +686,14 @@ class _Builder:
             nodes=node_sentences(i, lambda t: self.clock.utc_text(t, self.utc_dates)),
             unfilled=unfilled_note([a.text for a in actions] + [s for c in conclusions for s in c.next_steps],
                                    i.start is not None))
+
+
+_CLOCKS = re.compile(r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?\b|:\d+(?:-\d+)?`")
+
+
+def _masked(statement: str) -> str:
+    """A statement without its dates, times and `path:line` numbers: what two of a crash loop's share."""
+    return _CLOCKS.sub("#", statement)
 
 
 BACKGROUND_TIMES = 5          # a unit failing routinely: the times of its failures in the window listed, at most
