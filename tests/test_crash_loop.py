@@ -35,7 +35,8 @@ def _loop(starts: int = 5, ready_on_last: bool = False) -> str:
                    '  File "/opt/sglang/lib/python3.12/site-packages/sglang/srt/model_executor/model_runner.py", '
                    "line 1183, in init_memory_pool", "    raise RuntimeError(", OOM]:
             j(e, f"python3[{pid}]", ln)
-        j(e + timedelta(seconds=1), "systemd[1]", "sglang-q.service: Main process exited, code=exited, status=1/FAILURE")
+        j(e + timedelta(seconds=1), "systemd[1]",
+          "sglang-q.service: Main process exited, code=exited, status=1/FAILURE")
         j(e + timedelta(seconds=1), "systemd[1]", "sglang-q.service: Failed with result 'exit-code'.")
         t = e + timedelta(seconds=11)
         if i < starts - 1 or ready_on_last:
