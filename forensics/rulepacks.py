@@ -132,6 +132,7 @@ KINDS: dict[str, Role] = {
     "cuda_init_failed": Role.CAUSE,        # PyTorch: `Unexpected error from cudaGetDeviceCount() ... Error 803: ...`
     "package_changed": Role.CONTEXT,       # dpkg: a package installed, upgraded or removed
     "fabric_manager_failed": Role.CAUSE,   # nv-fabricmanager: `... driver interface version X don't match with driver version Y`
+    "pcie_error": Role.CAUSE,              # kernel AER: `Uncorrected (Fatal) error received: 0000:3b:00.0`
     "disk_full": Role.CAUSE,               # `No space left on device` (ENOSPC, errno 28)
     "gpu_memory_occupied": Role.CAUSE,     # SGLang `Some GPUs may be occupied by other processes`, vLLM `Free memory on device`
 }

@@ -38,6 +38,7 @@ KIND_LABELS: dict[str, str] = {
     "cuda_init_failed": "CUDA initialisation failure",
     "gpu_memory_occupied": "GPU memory taken by other processes",
     "disk_full": "full filesystem",
+    "pcie_error": "PCIe link error",
     "fabric_manager_failed": "NVIDIA fabric manager failure",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
