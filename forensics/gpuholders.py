@@ -157,7 +157,8 @@ def look_up(records: pl.LazyFrame, events: pl.LazyFrame, oom: EventView,
         records.filter(timed & host & pl.col("pid").is_in(pids))
         .group_by("pid").agg(pl.all().sort_by("ts", "line").last())
         .select("pid", "ts", "path", "line", "unit", "ident"),
-        records.filter(timed & host & pl.col("message").fill_null("").str.contains(_row(pids)))
+        records.filter(timed & host & (pl.col("ident") == "kernel")
+                       & pl.col("message").fill_null("").str.contains(_row(pids)))
         .select("path", "line", "message").sort("path", "line"),
         events.filter(timed & host & (pl.col("kind") == "oom_kill"))
         .select("ts", "path", "line", "line_end", "unit", "pid", "fields").sort("ts", "line")])

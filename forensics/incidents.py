@@ -1068,6 +1068,8 @@ class _Builder:
                     u = owned.get(e.id, e).entities.get("unit")   # a unit-less line of a unit's process: the unit's
                     if u is None or u in units:
                         member_ids.add(e.id)
+                member_ids |= _back_again(tl[bisect_right(ts, hi):], owned, set(units), hi,
+                                          sk.next.t0 if sk.next is not None else None)
 
             def before_end(e: EventView) -> bool:
                 return e.t is None or t1 is None or e.t <= t1
@@ -1119,6 +1121,33 @@ class _Builder:
                 followed_by=_neighbour(sk, sk.next, readies, gap_s, False)))
         return out
 
+
+
+BACK_S = 3600.0   # a unit's server ready again this long after an incident is still the incident's (its impact)
+
+
+def _back_again(later: Sequence[EventView], owned: Mapping[str, EventView], units: set[str], after: float,
+                until: float | None) -> set[str]:
+    """The ids of the first `server_ready` of each of `units` in `later` (timed events past the incident's context,
+    in time order) within BACK_S of `after` and before the next incident (`until`), and of the unit's starts
+    before it: a large model takes minutes to load, and the impact tells when the server was back."""
+    out: set[str] = set()
+    starts: dict[str, list[str]] = {}
+    for e in later:
+        if e.t is None or e.t > after + BACK_S or (until is not None and e.t >= until):
+            break
+        u = owned.get(e.id, e).entities.get("unit")
+        if u not in units:
+            continue
+        if e.kind in ("service_started", "server_start"):
+            starts.setdefault(u, []).append(e.id)
+        elif e.kind == "server_ready":
+            out.add(e.id)
+            out.update(starts.pop(u, []))
+            units = units - {u}
+            if not units:
+                break
+    return out
 
 
 def _split_background(c: _Cluster, found: Sequence[Finding], times: _Times

@@ -80,3 +80,15 @@ def test_a_loop_that_ends_ready_is_back_when_ready(tmp_path: Path) -> None:
     doc = json.loads(_report(tmp_path, _loop(3, ready_on_last=True), "json"))["incidents"][0]
     assert [(x["down_at"], x["back_at"], x["failed_restarts"]) for x in doc["impact"]] == [
         ("2025-05-28T09:00:41.000000Z", "2025-05-28T09:02:22.000000Z", 1)]
+
+
+def test_a_server_back_after_a_long_load_is_back(tmp_path: Path) -> None:
+    # the restart loads for 11 min 40 s, past the incident's context: the impact still sees it ready again
+    lines = []
+    for ln in _loop(2, ready_on_last=True).splitlines():
+        if "ready to roll" in ln:
+            ln = ln.replace("T09:01:31", "T09:12:31").replace(" 09:01:31]", " 09:12:31]")
+        lines.append(ln)
+    doc = json.loads(_report(tmp_path, "\n".join(lines) + "\n", "json"))["incidents"][0]
+    assert [(x["down_at"], x["back_at"], x["failed_restarts"]) for x in doc["impact"]] == [
+        ("2025-05-28T09:00:41.000000Z", "2025-05-28T09:12:31.000000Z", 0)]

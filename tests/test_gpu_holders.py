@@ -63,6 +63,12 @@ def _k26_conclusion(incident: dict) -> dict:
     return next(c for c in incident["conclusions"] if c["unit"] == "sglang-k26.service")
 
 
+def _beside(tmp: Path, name: str, text: str) -> str:
+    """The CUDA OOM's statement when pid 7001, which `text` (file `name`) shows, held 70 GiB of the GPU."""
+    inc = _run(tmp, {name: text, "journal-k26.log": _k26("Process 7001 has 70.00 GiB memory in use. " + SELF)})
+    return _k26_conclusion(inc)["statement"]
+
+
 def test_the_list_is_read_only_when_it_marks_this_process() -> None:
     assert processes("Process 48391 has 74.21 GiB memory in use. " + SELF) == [
         GpuProcess(48391, int(74.21 * 2**30)), GpuProcess(None, int(19.68 * 2**30))]
@@ -115,9 +121,7 @@ def test_a_pid_whose_lines_name_its_unit(tmp_path: Path) -> None:
            + j.format(t="20:10:00", who="systemd[1]", msg="Stopping old-server.service - Old server...")
            + j.format(t="20:10:02", who="systemd[1]", msg="old-server.service: Deactivated successfully.")
            + j.format(t="20:10:02", who="systemd[1]", msg="Stopped old-server.service - Old server."))
-    inc = _run(tmp_path, {"old.log": old,
-                          "journal-k26.log": _k26("Process 7001 has 70.00 GiB memory in use. " + SELF)})
-    s = _k26_conclusion(inc)["statement"]
+    s = _beside(tmp_path, "old.log", old)
     assert "Process 7001 (70.0 GiB) logged as old-server.service's until 19:00:05 UTC (`old.log:2`)." in s
     assert ("old-server.service ended at 20:10:02 (stopped Old server, `old.log:5`): pid 7001 still held GPU "
             "memory 11 min 53 s later, so it outlived its unit (a process that left the unit's control group") in s
@@ -144,9 +148,7 @@ def test_a_server_still_running_beside(tmp_path: Path) -> None:
                       "variable evaluates to an empty string: OPTS")
              + j.format(t="19:00:00", who="systemd[1]", msg="Started notebook.service - Jupyter.")
              + j.format(t="20:21:00", who="python3[7001]", msg="[I 20:21:00.120 NotebookApp] Saving file at /x.ipynb"))
-    inc = _run(tmp_path, {"other.log": other,
-                          "journal-k26.log": _k26("Process 7001 has 70.00 GiB memory in use. " + SELF)})
-    s = _k26_conclusion(inc)["statement"]
+    s = _beside(tmp_path, "other.log", other)
     assert "Process 7001 (70.0 GiB) logged as notebook.service's until 20:21:00 UTC (`other.log:3`)." in s
     assert "Nothing in the logs shows notebook.service ending: two servers shared the GPU." in s
 
