@@ -221,15 +221,15 @@ def prepare(store, kn: Knowledge, only: Callable[[list[str]], set[str] | None] |
 
     sglang = once(partial(_sglang_units, events))   # read once, the first time a unit's end asks
 
-    # the records with hosts and units filled, for the pids a CUDA OOM names (gpuholders)
-    records = store.records().with_columns(fill_host.alias("host")).with_columns(
-        fills.filled(pl.col("unit").is_null() & (pl.col("ident").fill_null("") != "kernel")).alias("unit"))
+    # the records with hosts and units filled, for the pids a CUDA OOM names (gpuholders): scanned the first time
+    records = once(lambda: store.records().with_columns(fill_host.alias("host")).with_columns(
+        fills.filled(pl.col("unit").is_null() & (pl.col("ident").fill_null("") != "kernel")).alias("unit")))
 
     def load(e: EventView) -> EventView:
         if e.kind == "cuda_oom" and e.t is not None:
             e = _with_load(store, e)
             if e.fields.get("others_pids"):
-                e = gpuholders.with_holders(records, events, e)
+                e = gpuholders.with_holders(records(), events, e)
         return with_runs(e, sglang)
 
     # the narrow frame is kept in the store's cache, named after the events files and what fills their hosts

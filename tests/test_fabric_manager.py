@@ -73,6 +73,6 @@ def test_the_fabric_managers_unit_failing_without_its_reason(tmp_path: Path) -> 
     out = _run(tmp_path, "incidents")
     assert out.startswith("2025-06-02-hgx-07-nvidia-fabricmanager\t")
     report = _run(tmp_path, "report", "--incident", "2025-06-02")
-    assert "nvidia-fabricmanager.service failed at 06:40:36 (`" in report
+    assert "nvidia-fabricmanager.service failed at 06:40:36 (" in report
     assert ("journal.log:8`), and CUDA failed to initialise with error 802 (`system not yet initialized`) at 06:41:19, "
             "43 s later") in report
