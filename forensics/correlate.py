@@ -3,9 +3,10 @@ them on an events frame (EVENT_SCHEMA) into `Conclusion`s (cause -> the symptoms
 
 The correlation is data, the engine is code. A correlation names `steps` (event kinds, optionally filtered
 by field values), one of which is the `anchor`: every other step is searched within `window` of an anchor
-event, in the listed order when `ordered`, joined on entities (host, unit, pid, cgroup, pci, rank, gpu).
-A match gives a conclusion: the `cause` step's event, the events of the `explains` steps, a confidence and a
-statement filled from the matched events (`{oom.pid}`, `{killed.unit}`, `{since}`, `{coverage.missing}`).
+event, in the listed order when `ordered`, joined on entities (host, unit, pid, cgroup, pci, rank, gpu, and a
+Kubernetes pod and container). A match gives a conclusion: the `cause` step's event, the events of the `explains`
+steps, a confidence and a statement filled from the matched events (`{oom.pid}`, `{killed.unit}`, `{since}`,
+`{coverage.missing}`).
 
 Resolution, in order:
   * `group`: correlations of one group compete for an anchor event; the highest `priority` keeps it. A
@@ -66,7 +67,7 @@ BUILTIN_DIR = ROOT / "rules" / "correlations"
 FIXTURE_DIR = ROOT / "tests" / "fixtures" / "timelines"
 
 NULL = "\x00null"                   # a `where` value that matches an absent field
-ENTITIES = ("host", "unit", "pid", "cgroup", "pci", "rank", "gpu")
+ENTITIES = ("host", "unit", "pid", "cgroup", "pci", "rank", "gpu", "pod", "container")
 COVERAGE_LOGS = ("kernel", "unit_output")
 COVERAGE_STATES = ("present", "missing")
 ROLE_NAMES = ("cause", "symptom", "context")
@@ -97,7 +98,8 @@ _LOGGER_PID_KINDS = frozenset({
     "service_killed", "service_exited", "service_core_dumped", "service_failed", "service_start_failed",
     "unit_oom_killed", "cgroup_kill_failed", "stop_timeout", "restart_scheduled", "start_limit_hit",
     "service_started", "service_stopped", "oomd_kill", "journal_suppressed", "boot", "start_timeout",
-    "unit_watchdog", "server_config"})
+    "unit_watchdog", "server_config", "probe_kill", "container_stop", "container_died", "crash_loop_backoff",
+    "container_started", "container_ready"})
 KERNEL_KINDS = frozenset({"oom_invoked", "oom_kill", "oom_reaped", "gpu_xid", "gpu_fallen_off_bus", "segfault",
                           "hung_task", "kernel_panic", "cpu_lockup", "boot"})
 SYSTEMD_KINDS = _LOGGER_PID_KINDS - {"server_config", "boot"} | {"systemd_kill", "core_dump"}
@@ -908,6 +910,11 @@ def entities_of(kind: str, host: str | None, unit: str | None, pid: int | None,
         ents["rank"] = _as_text(rank)
     if fields.get("gpu") is not None:
         ents["gpu"] = _as_text(fields["gpu"])
+    pod = fields.get("pod")
+    if pod:                                  # a Kubernetes pod, `namespace/name`, and a container of it by name
+        ents["pod"] = f"{fields['namespace']}/{pod}" if fields.get("namespace") else str(pod)
+        if fields.get("container"):
+            ents["container"] = f"{ents['pod']}/{fields['container']}"
     return ents
 
 
@@ -1641,6 +1648,11 @@ def human_seconds(s: float) -> str:
 
 
 _CONTAINER_SCOPE = re.compile(r"^(?:docker|cri-containerd|crio|libpod)-([0-9a-f]{64})\.scope$")
+
+
+def is_container_scope(unit: str | None) -> bool:
+    """A container's scope: a unit that is new on every restart of the container (a new id each time)."""
+    return bool(unit) and _CONTAINER_SCOPE.match(unit) is not None
 
 
 def unit_label(unit: str) -> str:

@@ -49,6 +49,7 @@ from .correlate import (
     Filler,
     fmt_when,
     human_seconds,
+    is_container_scope,
     is_sglang_sign,
     iso,
     kernel_window,
@@ -1020,6 +1021,9 @@ class _Builder:
             if sk.t0 is not None and sk.t1 is not None:
                 windows.append((sk.t0 - gap_s, sk.t1 + min(gap_s, 300.0), (pl.col("host") == sk.cluster.host)
                                 & (unit_may_be(sk.units) | (pl.col("kind") == "journal_suppressed"))))
+                # a Kubernetes pod's readiness again, up to BACK_S later (`_back_again`)
+                windows.append((sk.t1, sk.t1 + BACK_S, (pl.col("host") == sk.cluster.host)
+                                & pl.col("kind").is_in(["container_started", "container_ready"])))
             for f in sk.ordered:
                 for ev in (*f.conclusion.evidence_for, *f.conclusion.evidence_against):
                     locs.add((ev.path, ev.line))
@@ -1068,8 +1072,10 @@ class _Builder:
                     u = owned.get(e.id, e).entities.get("unit")   # a unit-less line of a unit's process: the unit's
                     if u is None or u in units:
                         member_ids.add(e.id)
+                pods = {p for e in here if e.kind == "container_died" and e.id in member_ids
+                        and (p := e.entities.get("pod"))}
                 member_ids |= _back_again(tl[bisect_right(ts, hi):], owned, set(units), hi,
-                                          sk.next.t0 if sk.next is not None else None)
+                                          sk.next.t0 if sk.next is not None else None, pods)
 
             def before_end(e: EventView) -> bool:
                 return e.t is None or t1 is None or e.t <= t1
@@ -1127,26 +1133,30 @@ BACK_S = 3600.0   # a unit's server ready again this long after an incident is s
 
 
 def _back_again(later: Sequence[EventView], owned: Mapping[str, EventView], units: set[str], after: float,
-                until: float | None) -> set[str]:
+                until: float | None, pods: set[str] = frozenset()) -> set[str]:  # type: ignore[assignment]
     """The ids of the first `server_ready` of each of `units` in `later` (timed events past the incident's context,
     in time order) within BACK_S of `after` and before the next incident (`until`), and of the unit's starts
-    before it: a large model takes minutes to load, and the impact tells when the server was back."""
+    before it: a large model takes minutes to load, and the impact tells when the server was back. The same for
+    the Kubernetes `pods` that lost a container in the incident: the kubelet's first readiness of the pod, and
+    the container starts before it."""
     out: set[str] = set()
-    starts: dict[str, list[str]] = {}
+    starts: dict[tuple[str, str], list[str]] = {}
+    waiting = {("unit", u) for u in units} | {("pod", p) for p in pods}
     for e in later:
-        if e.t is None or e.t > after + BACK_S or (until is not None and e.t >= until):
+        if not waiting or e.t is None or e.t > after + BACK_S or (until is not None and e.t >= until):
             break
-        u = owned.get(e.id, e).entities.get("unit")
-        if u not in units:
+        if e.kind in ("container_started", "container_ready"):
+            key = ("pod", e.entities.get("pod") or "")
+        else:
+            key = ("unit", owned.get(e.id, e).entities.get("unit") or "")
+        if key not in waiting:
             continue
-        if e.kind in ("service_started", "server_start"):
-            starts.setdefault(u, []).append(e.id)
-        elif e.kind == "server_ready":
+        if e.kind in ("service_started", "server_start", "container_started"):
+            starts.setdefault(key, []).append(e.id)
+        elif e.kind in ("server_ready", "container_ready"):
             out.add(e.id)
-            out.update(starts.pop(u, []))
-            units = units - {u}
-            if not units:
-                break
+            out.update(starts.pop(key, []))
+            waiting.discard(key)
     return out
 
 
@@ -1204,7 +1214,10 @@ def _neighbour(a: _Skeleton | None, b: _Skeleton | None, readies: Sequence[Event
 
 
 def _chain(f: Finding) -> tuple[str | None, str]:
-    """What makes two heads one chain in a headline: the unit and the kind of cause."""
+    """What makes two heads one chain in a headline: the unit and the kind of cause. A container's scope is new on
+    every restart, so for a container the headline, which names its pod or container, stands for the unit."""
+    if is_container_scope(f.conclusion.unit):
+        return f.headline, f.conclusion.kind
     return f.conclusion.unit, f.conclusion.kind
 
 

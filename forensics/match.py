@@ -168,6 +168,28 @@ def cast_cgroup_unit(v: Any) -> str | None:
     return None
 
 
+# the scope systemd gives a container (the kubelet's and Docker's systemd cgroup driver) by its runtime
+_SCOPE_PREFIX = {"containerd": "cri-containerd", "cri-o": "crio", "crio": "crio", "docker": "docker"}
+
+
+def cast_container_unit(v: Any) -> str | None:
+    """A container the kubelet names (`containerd://<id>`, or `{"Type":"containerd","ID":"<id>"}`) as the
+    systemd scope it runs in: `cri-containerd-<id>.scope` (CRI-O's `crio-`, Docker's `docker-`), the unit
+    the kernel's OOM report and systemd's own lines name it by."""
+    s = str(v).strip()
+    m = re.fullmatch(r"([a-z-]+)://([0-9a-f]{64})", s) or re.fullmatch(
+        r'\{"Type":"([a-z-]+)","ID":"([0-9a-f]{64})"\}', s)
+    if not m or m.group(1) not in _SCOPE_PREFIX:
+        return None
+    return f"{_SCOPE_PREFIX[m.group(1)]}-{m.group(2)}.scope"
+
+
+def cast_unquote(v: Any) -> str:
+    """A value quoted inside a quoted value, as Go's %q and klog print it (`Get \\"http://...\\": ...`), read back:
+    `\\"` is `"` and `\\\\` is `\\`."""
+    return re.sub(r'\\(["\\])', r"\1", str(v))
+
+
 def cast_bool(v: Any) -> bool | None:
     if isinstance(v, bool):
         return v
@@ -317,6 +339,8 @@ CASTS: dict[str, Callable[[Any], Any]] = {
     "signal": cast_signal,
     "sm_arch": cast_sm_arch,
     "cgroup_unit": cast_cgroup_unit,
+    "container_unit": cast_container_unit,
+    "unquote": cast_unquote,
     "lower": lambda v: str(v).lower(),
     "command": cast_command,
 }

@@ -135,11 +135,17 @@ KINDS: dict[str, Role] = {
     "pcie_error": Role.CAUSE,              # kernel AER: `Uncorrected (Fatal) error received: 0000:3b:00.0`
     "disk_full": Role.CAUSE,               # `No space left on device` (ENOSPC, errno 28)
     "gpu_memory_occupied": Role.CAUSE,     # SGLang `Some GPUs may be occupied by other processes`, vLLM `Free memory on device`
+    "probe_kill": Role.CAUSE,              # kubelet: `Container X failed liveness probe, will be restarted`
+    "container_stop": Role.CONTEXT,        # kubelet: `Killing container with a grace period`
+    "container_died": Role.SYMPTOM,        # kubelet: `SyncLoop (PLEG): event for pod` ... `ContainerDied`
+    "crash_loop_backoff": Role.SYMPTOM,    # kubelet: `CrashLoopBackOff: "back-off 10s restarting failed container=X`
+    "container_started": Role.CONTEXT,     # kubelet: `SyncLoop (PLEG): event for pod` ... `ContainerStarted`
+    "container_ready": Role.CONTEXT,       # kubelet: `"SyncLoop (probe)" probe="readiness" status="ready"`
 }
 
 # Field casts the engine implements (`forensics.match.CASTS`; a test keeps the two in step).
 CAST_NAMES = ("int", "float", "str", "bool", "kb", "bytes", "duration", "duration_ms", "flags", "signal",
-              "sm_arch", "cgroup_unit", "lower", "command")
+              "sm_arch", "cgroup_unit", "container_unit", "unquote", "lower", "command")
 
 # Placeholders every title / explain / next_steps template may use besides the rule's own fields. `port`: the port
 # the unit's server listens on, from its launch configuration's `--port` (SGLang's default, 30000, without one).

@@ -91,8 +91,8 @@ def _unit_down(e: Event) -> bool:
     return e.kind in DOWN_KINDS
 
 
-def _runs(events: list[Event], starts: frozenset[str] = START_KINDS, down: Callable[[Event], bool] = _unit_down
-          ) -> list[Run]:
+def _runs(events: list[Event], starts: frozenset[str] = START_KINDS, down: Callable[[Event], bool] = _unit_down,
+          ready: frozenset[str] = READY_KINDS) -> list[Run]:
     runs: list[dict[str, object]] = []
     for e in events:
         ts = parse_ts(e.ts)
@@ -105,7 +105,7 @@ def _runs(events: list[Event], starts: frozenset[str] = START_KINDS, down: Calla
         if not runs:
             runs.append({"started": None})
         run = runs[-1]
-        if e.kind in READY_KINDS and not run.get("ready") and not run.get("down"):
+        if e.kind in ready and not run.get("ready") and not run.get("down"):
             run["ready"] = ts
         elif down(e) and not run.get("down"):
             run["down"] = ts
@@ -114,22 +114,48 @@ def _runs(events: list[Event], starts: frozenset[str] = START_KINDS, down: Calla
             for r in runs]
 
 
+# A Kubernetes pod, as the kubelet tells it: a container of it started (`ContainerStarted`), the pod ready (its
+# readiness probe succeeded), a container died (`ContainerDied`). Its containers' scopes are new on every restart,
+# so the pod is what goes down and comes back; it is back when it is ready again, not when a container starts
+# (a server in it loads its model first).
+POD_KINDS = frozenset({"container_started", "container_ready", "container_died"})
+
+
+def _container_down(e: Event) -> bool:
+    return e.kind == "container_died"
+
+
+def _pod_groups(incident: Incident) -> dict[str, list[Event]]:
+    """The kubelet's lines of each pod that lost a container in the incident, by `pod NAMESPACE/NAME`."""
+    pods: dict[str, list[Event]] = {}
+    for e in incident.events:
+        if e.kind in POD_KINDS and e.ts and e.fields.get("pod"):
+            ns = e.fields.get("namespace")
+            pods.setdefault(f"pod {ns + '/' if ns else ''}{e.fields['pod']}", []).append(e)
+    return {p: evs for p, evs in sorted(pods.items()) if any(_container_down(e) for e in evs)}
+
+
 def unit_impacts(incident: Incident) -> tuple[UnitImpact, ...]:
     """Each unit's runs and outages; then, for an SGLang or vLLM log that names no unit, its server's, under
-    `server_label` (when the server went down in the incident)."""
+    `server_label` (when the server went down in the incident); then each Kubernetes pod's that lost a container
+    (its outages last until it is ready again)."""
     end = logs_end(incident)
-    groups: list[tuple[str, list[Event], frozenset[str], Callable[[Event], bool]]] = [
-        (unit, [e for e in incident.events if e.unit == unit and e.ts], START_KINDS, _unit_down)
+    groups: list[tuple[str, list[Event], frozenset[str], Callable[[Event], bool], frozenset[str]]] = [
+        (unit, [e for e in incident.events if e.unit == unit and e.ts], START_KINDS, _unit_down, READY_KINDS)
         for unit in incident.units]
     for fmt, (_, down) in SERVERS.items():
         own = [e for e in incident.events if e.unit is None and e.format == fmt and e.ts]
         for path in sorted({e.path for e in own if down(e)}):
-            groups.append((server_label(path, fmt), [e for e in own if e.path == path], SERVER_START_KINDS, down))
+            groups.append((server_label(path, fmt), [e for e in own if e.path == path], SERVER_START_KINDS, down,
+                           READY_KINDS))
+    for pod, evs in _pod_groups(incident).items():
+        groups.append((pod, evs, frozenset({"container_started"}), _container_down, frozenset({"container_ready"})))
     out: list[UnitImpact] = []
-    for unit, evs, starts, down in groups:
+    for unit, evs, starts, down, ready in groups:
         host = next((e.host for e in evs if e.host), None)
-        runs = [r for r in _runs(evs, starts, down) if r.started or r.ready or r.down]
-        outages = _served_outages(unit, host, runs, end) if _tells_ready(evs) else _outages(unit, host, runs, end)
+        runs = [r for r in _runs(evs, starts, down, ready) if r.started or r.ready or r.down]
+        served = _tells_ready(evs) or unit.startswith("pod ")
+        outages = _served_outages(unit, host, runs, end) if served else _outages(unit, host, runs, end)
         gave_up = next((parse_ts(e.ts) for e in evs if e.kind == "start_limit_hit"), None)
         out.append(UnitImpact(unit, tuple(runs), tuple(outages), gave_up))
     return tuple(out)

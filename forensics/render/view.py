@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from forensics.configreview import is_dump
-from forensics.correlate import STANDARD_NAMES
+from forensics.correlate import STANDARD_NAMES, is_container_scope, unit_label
 from forensics.model import (Background, Conclusion, Event, Evidence, Incident, Repeat, is_request_traceback,
                              line_span)
 from forensics.render.data import Excerpt, ExcerptLine, ReportData
@@ -40,6 +40,7 @@ KIND_LABELS: dict[str, str] = {
     "disk_full": "full filesystem",
     "pcie_error": "PCIe link error",
     "fabric_manager_failed": "NVIDIA fabric manager failure",
+    "probe_kill": "killed by the kubelet after failed probes",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
     "child_failed": "SGLang child process failure",
@@ -484,10 +485,11 @@ class _Builder:
         titles = Counter(self.events[x].title for x in c.explains if x in self.events)
         explains = tuple(t if n == 1 else f"{t} (x{n})" for t, n in titles.items())
         label = kind_label(c.kind)
-        heading = f"{c.unit}: {label}" if c.unit else label
+        heading = f"{unit_label(c.unit)}: {label}" if c.unit else label
         return ConclusionView(
             heading=heading, kind=c.kind, kind_label=label, rule=c.rule, confidence=c.confidence.value,
-            confidence_words=CONFIDENCE_WORDS.get(c.confidence.value, ""), statement=c.statement, unit=c.unit or "",
+            confidence_words=CONFIDENCE_WORDS.get(c.confidence.value, ""), statement=c.statement,
+            unit=unit_label(c.unit) if c.unit else "",
             is_root=is_root, cause=cause, cause_where=cause_where, explains=explains,
             evidence_for=tuple(self.evidence(x) for x in c.evidence_for),
             evidence_against=tuple(self.evidence(x) for x in c.evidence_against),
@@ -495,13 +497,14 @@ class _Builder:
 
     def repeats(self, views: tuple[ConclusionView, ...], found: Sequence[Conclusion]) -> tuple[ConclusionView, ...]:
         """A crash loop's conclusions told once in the summary: a conclusion the same as an earlier one (its rule,
-        unit, kind, confidence and statement but for the times and lines in it) is marked a repeat, and the first
-        says when the same happened again."""
+        unit, kind, confidence and statement but for the times and lines in it; a container's, whose scope is new on
+        each restart, but for the scope) is marked a repeat, and the first says when the same happened again."""
         first: dict[tuple[str, ...], int] = {}
         again: dict[int, list[str]] = {}
         out = list(views)
         for n, (v, c) in enumerate(zip(views, found)):
-            key = (v.rule, v.unit, v.kind, v.confidence, _masked(v.statement))
+            unit = "" if is_container_scope(c.unit) else v.unit     # a container's restart is a new scope
+            key = (v.rule, unit, v.kind, v.confidence, _masked(v.statement))
             if key not in first:
                 first[key] = n
                 continue
@@ -625,11 +628,11 @@ class _Builder:
             out.append(ActionView(f"forensics report --incident {first.incident}", first.host))
         for c in self.i.conclusions:
             if c.cause_event and c.cause_event in self.events:
-                add(self.events[c.cause_event], c.unit or kind_label(c.kind))
+                add(self.events[c.cause_event], unit_label(c.unit) if c.unit else kind_label(c.kind))
         symptoms = set(self.i.symptoms)
         for e in self.i.events:
             if e.id not in symptoms and e.id not in self.cause_events and e.role != "symptom":
-                add(e, e.unit or kind_label(e.kind))
+                add(e, unit_label(e.unit) if e.unit else kind_label(e.kind))
         return tuple(out)
 
     def excerpt_views(self) -> tuple[ExcerptView, ...]:
