@@ -712,7 +712,7 @@ def _fields_json(fields: Mapping[str, Any]) -> str:
 
 # -- the vectorised path: rules whose fields need no Python (no context, no derive, simple casts)
 
-_VECTOR_CASTS = ("int", "float", "str", "lower", "signal")
+_VECTOR_CASTS = ("int", "float", "str", "lower", "signal", "unquote")
 _SIGNAL_NAMES = {str(k): v for k, v in _SIGNALS.items()}
 
 
@@ -730,6 +730,8 @@ def _cast_expr(col: pl.Expr, cast: str | None) -> pl.Expr:
         return col.str.strip_chars().cast(pl.Float64, strict=False)
     if cast == "lower":
         return col.str.to_lowercase()
+    if cast == "unquote":                      # `cast_unquote`
+        return col.str.replace_all(r'\\(["\\])', "$1")
     if cast == "signal":
         return (pl.when(col.str.contains(r"^\d+$")).then(col.replace(_SIGNAL_NAMES))
                 .otherwise(col.str.strip_prefix("SIG")))
