@@ -1021,9 +1021,9 @@ class _Builder:
             if sk.t0 is not None and sk.t1 is not None:
                 windows.append((sk.t0 - gap_s, sk.t1 + min(gap_s, 300.0), (pl.col("host") == sk.cluster.host)
                                 & (unit_may_be(sk.units) | (pl.col("kind") == "journal_suppressed"))))
-                # a Kubernetes pod's readiness again, up to BACK_S later (`_back_again`)
-                windows.append((sk.t1, sk.t1 + BACK_S, (pl.col("host") == sk.cluster.host)
-                                & pl.col("kind").is_in(["container_started", "container_ready"])))
+                if _lost_pods(sk.ordered, src.by_id):   # their readiness again, up to BACK_S later (`_back_again`)
+                    windows.append((sk.t1, sk.t1 + BACK_S, (pl.col("host") == sk.cluster.host)
+                                    & pl.col("kind").is_in(["container_started", "container_ready"])))
             for f in sk.ordered:
                 for ev in (*f.conclusion.evidence_for, *f.conclusion.evidence_against):
                     locs.add((ev.path, ev.line))
@@ -1072,10 +1072,8 @@ class _Builder:
                     u = owned.get(e.id, e).entities.get("unit")   # a unit-less line of a unit's process: the unit's
                     if u is None or u in units:
                         member_ids.add(e.id)
-                pods = {p for e in here if e.kind == "container_died" and e.id in member_ids
-                        and (p := e.entities.get("pod"))}
                 member_ids |= _back_again(tl[bisect_right(ts, hi):], owned, set(units), hi,
-                                          sk.next.t0 if sk.next is not None else None, pods)
+                                          sk.next.t0 if sk.next is not None else None, _lost_pods(ordered, by_id))
 
             def before_end(e: EventView) -> bool:
                 return e.t is None or t1 is None or e.t <= t1
@@ -1132,8 +1130,14 @@ class _Builder:
 BACK_S = 3600.0   # a unit's server ready again this long after an incident is still the incident's (its impact)
 
 
+def _lost_pods(found: Sequence[Finding], by_id: Mapping[str, EventView]) -> set[str]:
+    """The Kubernetes pods (`namespace/name`) whose container's death a conclusion of the incident binds."""
+    return {p for f in found for x in f.event_ids
+            if (e := by_id.get(x)) is not None and e.kind == "container_died" and (p := e.entities.get("pod"))}
+
+
 def _back_again(later: Sequence[EventView], owned: Mapping[str, EventView], units: set[str], after: float,
-                until: float | None, pods: set[str] = frozenset()) -> set[str]:  # type: ignore[assignment]
+                until: float | None, pods: set[str]) -> set[str]:
     """The ids of the first `server_ready` of each of `units` in `later` (timed events past the incident's context,
     in time order) within BACK_S of `after` and before the next incident (`until`), and of the unit's starts
     before it: a large model takes minutes to load, and the impact tells when the server was back. The same for

@@ -104,6 +104,8 @@ def test_a_pod_is_back_when_it_is_ready_again(tmp_path: Path) -> None:
     lines = [_pleg("20:00:02", "ContainerStarted", C1), _ready("20:06:40"),
              _probe("20:30:09", TIMEOUT), _probe("20:30:19", TIMEOUT), _probe("20:30:29", TIMEOUT),
              *_kill("20:30:29", C1), _pleg("20:31:00", "ContainerDied", C1), _pleg("20:31:01", "ContainerStarted", C2),
+             # another workload's job container finishing in the window: no outage of this incident
+             _pleg("20:31:30", "ContainerDied", C2[::-1]).replace(POD, 'pod="batch/nightly-eval-29kq7"'),
              _ready("20:37:31")]
     files = {"journal.log": "\n".join(lines) + "\n"}
     head = _run(tmp_path, files, "incidents").rstrip("\n").split("\t")
@@ -115,6 +117,7 @@ def test_a_pod_is_back_when_it_is_ready_again(tmp_path: Path) -> None:
     assert "found nothing listening" not in report           # a timed-out probe is no server still loading
     assert ("| `pod inference/sglang-llama-0` | 20:31:00 UTC | a container of inference/sglang-llama-0 died | "
             "20:37:31 UTC | 6 min 31 s |") in report
+    assert "pod batch/" not in report.split("## Impact")[1].split("## Timeline")[0]
 
 
 def test_a_readiness_probe_alone_kills_nothing(tmp_path: Path) -> None:

@@ -126,13 +126,15 @@ def _container_down(e: Event) -> bool:
 
 
 def _pod_groups(incident: Incident) -> dict[str, list[Event]]:
-    """The kubelet's lines of each pod that lost a container in the incident, by `pod NAMESPACE/NAME`."""
+    """The kubelet's lines of each pod whose container's death a conclusion explains, by `pod NAMESPACE/NAME` (a
+    pod of another workload whose container ended in the window, a finished job's, is no outage of this one)."""
     pods: dict[str, list[Event]] = {}
     for e in incident.events:
         if e.kind in POD_KINDS and e.ts and e.fields.get("pod"):
             ns = e.fields.get("namespace")
             pods.setdefault(f"pod {ns + '/' if ns else ''}{e.fields['pod']}", []).append(e)
-    return {p: evs for p, evs in sorted(pods.items()) if any(_container_down(e) for e in evs)}
+    explained = set(incident.symptoms)
+    return {p: evs for p, evs in sorted(pods.items()) if any(_container_down(e) and e.id in explained for e in evs)}
 
 
 def unit_impacts(incident: Incident) -> tuple[UnitImpact, ...]:
