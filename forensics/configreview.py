@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from . import kubepods
 from .correlate import EventView, Location, evidence_of, fill, fill_prose, template_names
 from .correlate import _Reader as _NodeReader
 from .gpuholders import others_fields
@@ -459,6 +460,8 @@ def enricher(kn: Knowledge) -> Callable[[str, dict[str, Any], str], dict[str, An
             elif kind == "oom_kill":
                 out.setdefault("constraint_text", "not shown in the ingested lines (the kernel's `oom-kill:constraint=` "
                                                   "summary line would say whether it was global or a cgroup limit)")
+        if kind in ("oom_kill", "oom_invoked"):
+            out.update(_kube_fields(fields, out.get("constraint") == "memcg"))
         if kind == "cuda_oom":
             out.setdefault("load_text", "")       # filled from the last batch line before it, when there is one
             for k, v in others_fields(fields).items():    # the GPU's other processes, from PyTorch's list
@@ -478,6 +481,26 @@ def enricher(kn: Knowledge) -> Callable[[str, dict[str, Any], str], dict[str, An
         return out
 
     return enrich
+
+
+def _kube_fields(fields: Mapping[str, Any], memcg: bool) -> dict[str, str]:
+    """A memcg OOM kill's `limit_text` (`the pod's memory limit, 64.0 GiB`, with what the report shows) and, in a
+    Kubernetes pod, `pod_uid`, `qos_class` (from the victim's cgroup) and `limit_level` (`container`: its own
+    `resources.limits.memory`; `pod`: the pod's cgroup, whose limit is the sum of its containers')."""
+    out: dict[str, str] = {}
+    victim = kubepods.parse(fields.get("task_memcg")) or kubepods.parse(fields.get("cgroup"))
+    if victim is not None:
+        out.update(pod_uid=victim.pod_uid, qos_class=victim.qos_class)
+    limit = kubepods.parse(fields.get("oom_memcg") or fields.get("legacy_oom_memcg") or fields.get("memcg_stats"))
+    if limit is not None:
+        out["limit_level"] = limit.level
+    text = f"the {limit.level}'s memory limit" if limit is not None else "its memory limit"
+    kb = fields.get("memcg_limit_kb")
+    if isinstance(kb, int) and not isinstance(kb, bool) and 0 < kb < 2**50:
+        text += f", {_gib(kb)} GiB"
+    if memcg:
+        out["limit_text"] = text
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ import polars as pl
 import yaml
 
 from .asides import drop_asides
+from .kubepods import container_id_of, parse as parse_kubepods
 from .model import Confidence, Conclusion, Evidence
 from .sizes import format_value
 
@@ -67,7 +68,7 @@ BUILTIN_DIR = ROOT / "rules" / "correlations"
 FIXTURE_DIR = ROOT / "tests" / "fixtures" / "timelines"
 
 NULL = "\x00null"                   # a `where` value that matches an absent field
-ENTITIES = ("host", "unit", "pid", "cgroup", "pci", "rank", "gpu", "pod", "container")
+ENTITIES = ("host", "unit", "pid", "cgroup", "pci", "rank", "gpu", "pod", "container", "container_id", "pod_uid")
 COVERAGE_LOGS = ("kernel", "unit_output")
 COVERAGE_STATES = ("present", "missing")
 ROLE_NAMES = ("cause", "symptom", "context")
@@ -915,6 +916,19 @@ def entities_of(kind: str, host: str | None, unit: str | None, pid: int | None,
         ents["pod"] = f"{fields['namespace']}/{pod}" if fields.get("namespace") else str(pod)
         if fields.get("container"):
             ents["container"] = f"{ents['pod']}/{fields['container']}"
+    # a container by its runtime's id: the kubelet's ContainerDied prints it, the kernel's OOM report names its
+    # cgroup (task_memcg before the pod's oom_memcg), the kubelet's kill lines its scope
+    cid = fields.get("container_id")
+    cid = cid if isinstance(cid, str) and len(cid) == 64 else (
+        container_id_of(fields.get("task_memcg")) or container_id_of(cgroup) or container_id_of(u))
+    if cid:
+        ents["container_id"] = cid
+    puid = fields.get("pod_uid")
+    if not puid and ("kubepods" in str(cgroup or "") or "kubepods" in str(u or "")):
+        kc = parse_kubepods(fields.get("task_memcg")) or parse_kubepods(cgroup) or parse_kubepods(u)
+        puid = kc.pod_uid if kc else None
+    if puid:
+        ents["pod_uid"] = str(puid)
     return ents
 
 

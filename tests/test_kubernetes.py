@@ -134,3 +134,105 @@ def test_the_scope_of_a_container_the_kubelet_names() -> None:
     assert cast(f"docker://{C1}") == f"docker-{C1}.scope"
     assert cast(f"rkt://{C1}") is None and cast("containerd://abc") is None
     assert CASTS["unquote"]('Get \\"http://x\\": a \\\\ b') == 'Get "http://x": a \\ b'
+
+
+# ----------------------------------------------------------------------------------------------------------
+# a container the kernel OOM killer killed: the kernel names its cgroup, the kubelet its pod
+
+PODSLICE = f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice"
+
+
+def _kernel(hms: str, msg: str) -> str:
+    return f"May 25 {hms} gpu-node-3 kernel: {msg}"
+
+
+def _oom_report(hms: str, cid: str, *, node: bool = False) -> list[str]:
+    """The kernel's OOM report of pid 18811 in container `cid`: the pod's limit reached, or (`node`) the node out
+    of memory."""
+    limit = "global_oom" if node else f"oom_memcg={PODSLICE}"
+    return [_kernel(hms, "python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=936"),
+            _kernel(hms, "CPU: 12 PID: 18811 Comm: python3 Not tainted 5.15.0-105-generic #115-Ubuntu"),
+            *([] if node else [_kernel(hms, "memory: usage 67108864kB, limit 67108864kB, failcnt 1234"),
+                               _kernel(hms, f"Memory cgroup stats for {PODSLICE}:")]),
+            _kernel(hms, "Tasks state (memory values in pages):"),
+            _kernel(hms, "[  pid  ]   uid  tgid total_vm      rss pgtables_bytes swapents oom_score_adj name"),
+            _kernel(hms, "[  18811]     0 18811 20000000 16700000 140000000        0           936 python3"),
+            _kernel(hms, f"oom-kill:constraint=CONSTRAINT_{'NONE' if node else 'MEMCG'},nodemask=(null),"
+                         f"cpuset=cri-containerd-{cid}.scope,mems_allowed=0-1,{limit},task_memcg={PODSLICE}/"
+                         f"cri-containerd-{cid}.scope,task=python3,pid=18811,uid=0"),
+            _kernel(hms, f"{'Out of memory' if node else 'Memory cgroup out of memory'}: Killed process 18811 "
+                         "(python3) total-vm:80000000kB, anon-rss:66800000kB, file-rss:0kB, shmem-rss:0kB, UID:0 "
+                         "pgtables:136718kB oom_score_adj:936"),
+            f"May 25 {hms} gpu-node-3 systemd[1]: cri-containerd-{cid}.scope: A process of this unit has been killed "
+            "by the OOM killer."]
+
+
+def _oom_lines(node: bool = False) -> list[str]:
+    return [_pleg("20:10:02", "ContainerStarted", C1), _ready("20:12:40"), *_oom_report("20:14:02", C1, node=node),
+            _pleg("20:14:03", "ContainerDied", C1), _pleg("20:14:04", "ContainerStarted", C2), _ready("20:17:31")]
+
+
+def test_a_container_that_reached_its_pods_memory_limit(tmp_path: Path) -> None:
+    files = {"journal.log": "\n".join(_oom_lines()) + "\n", "sglang-llama-0.log": SGLANG}
+    head = _run(tmp_path, files, "incidents").rstrip("\n").split("\t")
+    assert head[3:] == ["confirmed", "a container of pod inference/sglang-llama-0 killed by the kernel OOM killer: "
+                        "it reached the pod's memory limit, 64.0 GiB"]
+    report = _run(tmp_path, files, "report", "--incident", "2025-05-25")
+    assert (f"The kernel OOM killer killed pid 18811 (python3) in container {C1[:12]} of pod inference/sglang-llama-0 "
+            "at 20:14:02 (`") in report
+    assert ("journal.log:3`): it reached the pod's memory limit, 64.0 GiB (memory cgroup /kubepods.slice/"
+            "kubepods-burstable.slice/kubepods-burstable-pod93e17ecc\\_ab55") in report
+    assert "journal.log:13`); Kubernetes reports it as `OOMKilled`" in report
+    # the pod is what went down, not the container's scope systemd names; it is back once ready again
+    impact = report.split("## Impact")[1].split("## Timeline")[0]
+    assert ("| `pod inference/sglang-llama-0` | 20:14:03 UTC | a container of inference/sglang-llama-0 died | "
+            "20:17:31 UTC | 3 min 28 s |") in impact
+    assert "cri-containerd-" not in impact
+    assert "1 service failed on `gpu-node-3`: `pod inference/sglang-llama-0` at 20:14:03 UTC." in report
+    # systemd's note on the scope is told with the kill, not as a cause of its own
+    assert "It explains: cri-containerd-" in report and "**Also" not in report
+    # the scope is gone with the container: the commands are kubectl's, not systemctl's on the scope
+    actions = report.split("## Recommended actions", 1)[1].split("## Appendix")[0]
+    assert actions.startswith('\n\n1. `kubectl -n inference describe pod sglang-llama-0 | grep -A8 "Last State"`')
+    assert "systemctl show cri-containerd" not in actions and "journalctl -u cri-containerd" not in actions
+    # a journal holding kernel lines is no `journalctl -u` export of the one unit its systemd line names
+    timeline = report.split("## Timeline")[1].split("## What the key lines reveal")[0]
+    assert "| `journal.log:1` |  | a container of inference/sglang-llama-0 started |" in timeline
+
+
+def test_a_container_killed_when_the_node_ran_out_of_memory(tmp_path: Path) -> None:
+    files = {"journal.log": "\n".join(_oom_lines(node=True)) + "\n"}
+    head = _run(tmp_path, files, "incidents").rstrip("\n").split("\t")
+    assert head[3:] == ["confirmed", "a container of pod inference/sglang-llama-0 killed by the kernel OOM killer: "
+                        "the node ran out of memory"]
+    report = _run(tmp_path, files, "report", "--incident", "2025-05-25")
+    assert "journal.log:3`; a Burstable pod, oom\\_score\\_adj 936)" in report
+    assert "kubectl describe node gpu-node-3" in report
+
+
+def test_a_kernel_oom_kill_of_another_pods_container_explains_no_death(tmp_path: Path) -> None:
+    lines = [*_oom_report("20:14:02", C2), _pleg("20:14:03", "ContainerDied", C1)]
+    head = _run(tmp_path, {"journal.log": "\n".join(lines) + "\n"}, "incidents").rstrip("\n").split("\t")
+    assert head[4] == f"kernel OOM killer killed pid 18811 (python3) on gpu-node-3 (in container {C2[:12]})"
+
+
+def test_the_pod_and_container_a_cgroup_path_names() -> None:
+    from forensics.kubepods import container_id_of, parse
+
+    uid = "eded8c65-6e8e-4c6e-a889-3e427565c740"
+    sliced = f"kubepods-burstable-pod{uid.replace('-', '_')}.slice"
+    k = parse(f"/kubepods.slice/kubepods-burstable.slice/{sliced}/cri-containerd-{C1}.scope")
+    assert (k.pod_uid, k.qos_class, k.container_id, k.level) == (uid, "Burstable", C1, "container")
+    k = parse(f"/kubepods.slice/kubepods-burstable.slice/{sliced}")
+    assert (k.pod_uid, k.container_id, k.level) == (uid, None, "pod")
+    # cgroupfs driver, a Guaranteed pod (right under kubepods), CRI-O's nested `container`, kind's nesting
+    assert parse(f"/kubepods/pod{uid}/{C1}") == parse(f"/kubepods.slice/kubepods-pod{uid.replace('-', '_')}.slice/"
+                                                     f"crio-{C1}.scope/container")
+    assert parse(f"/kubepods/pod{uid}/{C1}").qos_class == "Guaranteed"
+    assert parse(f"/kubepods/besteffort/pod{uid}/{C1}").qos_class == "BestEffort"
+    assert parse(f"/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/"
+                 f"kubelet-kubepods-besteffort-pod{uid.replace('-', '_')}.slice/cri-containerd-{C1}.scope") \
+        .qos_class == "BestEffort"
+    assert parse("/system.slice/sglang.service") is None and parse(f"/system.slice/docker-{C1}.scope") is None
+    assert container_id_of(f"cri-containerd-{C1}.scope") == C1 and container_id_of("sglang.service") is None
+    assert container_id_of(C1) is None    # a bare id is no scope: the kubelet's own field carries it

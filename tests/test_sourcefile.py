@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forensics import sourcefile
+from forensics import journalfile, sourcefile
 from forensics.model import SourceInfo
 from forensics.sourcefile import FileLines, read_source_file
 
@@ -100,6 +100,8 @@ def test_a_file_is_hashed_and_indexed_a_chunk_at_a_time(tmp_path_factory: pytest
                                             len(raw))
         if sourcefile.sniff_encoding(raw[:sourcefile.SNIFF]):
             return  # UTF-16: decoded whole, as ingest read it
+        if journalfile.is_journal(raw[:len(journalfile.MAGIC)]):
+            return  # a binary journal file's magic (hypothesis finds the constant): read through journalctl
         lines = read_source_file(_src(p))
         assert lines is not None and isinstance(lines, FileLines) and lines.raw is None
         assert list(lines) == [x.rstrip("\r") for x in raw.decode("utf-8", errors="replace").split("\n")]

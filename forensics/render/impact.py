@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePath
 
+from forensics.kubepods import container_id_of
 from forensics.model import Event, Incident
 from forensics.render.timefmt import parse_ts
 
@@ -142,15 +143,19 @@ def unit_impacts(incident: Incident) -> tuple[UnitImpact, ...]:
     `server_label` (when the server went down in the incident); then each Kubernetes pod's that lost a container
     (its outages last until it is ready again)."""
     end = logs_end(incident)
+    pods = _pod_groups(incident)
+    # a pod's container is told as the pod: its scope (systemd's `A process of this unit has been killed by the
+    # OOM killer`) is no service of its own
+    in_pods = {e.fields.get("container_id") for evs in pods.values() for e in evs if _container_down(e)}
     groups: list[tuple[str, list[Event], frozenset[str], Callable[[Event], bool], frozenset[str]]] = [
         (unit, [e for e in incident.events if e.unit == unit and e.ts], START_KINDS, _unit_down, READY_KINDS)
-        for unit in incident.units]
+        for unit in incident.units if container_id_of(unit) not in in_pods]
     for fmt, (_, down) in SERVERS.items():
         own = [e for e in incident.events if e.unit is None and e.format == fmt and e.ts]
         for path in sorted({e.path for e in own if down(e)}):
             groups.append((server_label(path, fmt), [e for e in own if e.path == path], SERVER_START_KINDS, down,
                            READY_KINDS))
-    for pod, evs in _pod_groups(incident).items():
+    for pod, evs in pods.items():
         groups.append((pod, evs, frozenset({"container_started"}), _container_down, frozenset({"container_ready"})))
     out: list[UnitImpact] = []
     for unit, evs, starts, down, ready in groups:

@@ -615,19 +615,26 @@ class _Builder:
         seen: set[object] = set()
         out: list[ActionView] = []
 
-        def add(e: Event, about: str) -> None:
-            for step in e.next_steps:
+        def add_steps(steps: Sequence[str], about: str) -> None:
+            for step in steps:
                 key = command_key(step)
                 if key not in seen:
                     seen.add(key)
                     out.append(ActionView(step, about))
+
+        def add(e: Event, about: str) -> None:
+            add_steps(e.next_steps, about)
 
         first = first_failed(self.i)
         if first is not None:   # the node that failed first: its own report before this host's commands
             seen.add(f"forensics report --incident {first.incident}")
             out.append(ActionView(f"forensics report --incident {first.incident}", first.host))
         for c in self.i.conclusions:
-            if c.cause_event and c.cause_event in self.events:
+            if c.unit and is_container_scope(c.unit) and c.next_steps:
+                # a container's scope is gone with it (the restart runs in a new one): the commands its line's rule
+                # gives a unit (`systemctl show`, `journalctl -u`) find nothing, the conclusion's (kubectl) do
+                add_steps(c.next_steps, unit_label(c.unit))
+            elif c.cause_event and c.cause_event in self.events:
                 add(self.events[c.cause_event], unit_label(c.unit) if c.unit else kind_label(c.kind))
         symptoms = set(self.i.symptoms)
         for e in self.i.events:
