@@ -100,7 +100,7 @@ _LOGGER_PID_KINDS = frozenset({
     "unit_oom_killed", "cgroup_kill_failed", "stop_timeout", "restart_scheduled", "start_limit_hit",
     "service_started", "service_stopped", "oomd_kill", "journal_suppressed", "boot", "start_timeout",
     "unit_watchdog", "server_config", "probe_kill", "container_stop", "container_died", "crash_loop_backoff",
-    "container_started", "container_ready"})
+    "container_started", "container_ready", "node_pressure", "pod_evicted"})
 KERNEL_KINDS = frozenset({"oom_invoked", "oom_kill", "oom_reaped", "gpu_xid", "gpu_fallen_off_bus", "segfault",
                           "hung_task", "kernel_panic", "cpu_lockup", "boot"})
 SYSTEMD_KINDS = _LOGGER_PID_KINDS - {"server_config", "boot"} | {"systemd_kill", "core_dump"}

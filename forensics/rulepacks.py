@@ -141,6 +141,8 @@ KINDS: dict[str, Role] = {
     "crash_loop_backoff": Role.SYMPTOM,    # kubelet: `CrashLoopBackOff: "back-off 10s restarting failed container=X`
     "container_started": Role.CONTEXT,     # kubelet: `SyncLoop (PLEG): event for pod` ... `ContainerStarted`
     "container_ready": Role.CONTEXT,       # kubelet: `"SyncLoop (probe)" probe="readiness" status="ready"`
+    "node_pressure": Role.CONTEXT,         # kubelet: `"Eviction manager: must evict pod(s) to reclaim" resourceName="memory"`
+    "pod_evicted": Role.SYMPTOM,           # kubelet: `"Eviction manager: pod is evicted successfully" pod="ns/name"`
 }
 
 # Field casts the engine implements (`forensics.match.CASTS`; a test keeps the two in step).

@@ -195,7 +195,7 @@ def test_a_container_that_reached_its_pods_memory_limit(tmp_path: Path) -> None:
     actions = report.split("## Recommended actions", 1)[1].split("## Appendix")[0]
     assert actions.startswith('\n\n1. `kubectl -n inference describe pod sglang-llama-0 | grep -A8 "Last State"`')
     assert "systemctl show cri-containerd" not in actions and "journalctl -u cri-containerd" not in actions
-    # a journal holding kernel lines is no `journalctl -u` export of the one unit its systemd line names
+    # a journal whose systemd lines name a container's scope alone is no `journalctl -u` export of it
     timeline = report.split("## Timeline")[1].split("## What the key lines reveal")[0]
     assert "| `journal.log:1` |  | a container of inference/sglang-llama-0 started |" in timeline
 
@@ -236,3 +236,62 @@ def test_the_pod_and_container_a_cgroup_path_names() -> None:
     assert parse("/system.slice/sglang.service") is None and parse(f"/system.slice/docker-{C1}.scope") is None
     assert container_id_of(f"cri-containerd-{C1}.scope") == C1 and container_id_of("sglang.service") is None
     assert container_id_of(C1) is None    # a bare id is no scope: the kubelet's own field carries it
+
+
+# ----------------------------------------------------------------------------------------------------------
+# a pod the kubelet evicted: the node's disk or memory ran low
+
+
+def _evm(hms: str, src: str, msg: str) -> str:
+    return _k(hms, f"eviction_manager.go:{src}", msg)
+
+
+def _eviction(resource: str) -> list[str]:
+    reclaim = f'"Eviction manager: attempting to reclaim" resourceName="{resource}"'
+    return [_pleg("20:10:02", "ContainerStarted", C1), _ready("20:12:40"),
+            _evm("20:38:50", "369", reclaim), _evm("20:39:00", "369", reclaim), _evm("20:39:50", "369", reclaim),
+            _evm("20:39:50", "378", f'"Eviction manager: must evict pod(s) to reclaim" resourceName="{resource}"'),
+            _evm("20:39:50", "368", '"Eviction manager: pods ranked for eviction" pods=["inference/sglang-llama-0",'
+                                    '"kube-system/kube-proxy-f94hx"]'),
+            _k("20:39:50", "kuberuntime_container.go:808", f'"Killing container with a grace period" {POD} '
+               f'podUID="{UID}" containerName="sglang" containerID="containerd://{C1}" gracePeriod=0'),
+            _evm("20:39:51", "595", f'"Eviction manager: pod is evicted successfully" {POD}'),
+            _pleg("20:39:52", "ContainerDied", C1),
+            _evm("20:40:00", "369", reclaim)]
+
+
+def test_a_pod_evicted_when_the_nodes_disk_ran_low(tmp_path: Path) -> None:
+    files = {"journal.log": "\n".join(_eviction("ephemeral-storage")) + "\n"}
+    head = _run(tmp_path, files, "incidents").rstrip("\n").split("\t")
+    assert head[3:] == ["confirmed", "pod inference/sglang-llama-0 evicted by the kubelet: the node's disk ran low "
+                        "(ephemeral-storage)"]
+    report = _run(tmp_path, files, "report", "--incident", "2025-05-25")
+    assert ("logged `must evict pod(s) to reclaim ephemeral-storage` at 20:39:50, after trying to reclaim it without "
+            "evicting (unused images, dead containers) since 20:38:50 (3 passes logged)") in report
+    assert "a 70B model is 140 GB in bf16" in report
+    impact = report.split("## Impact")[1].split("## Timeline")[0]
+    assert ("| `pod inference/sglang-llama-0` | 20:39:52 UTC | a container of inference/sglang-llama-0 died | "
+            "not within the logs |") in impact
+    analysis = report.split("## Analysis", 1)[1].split("## Recommended actions")[0]
+    assert 'kubectl -n inference describe pod sglang-llama-0 | grep -A3 -E "Reason|Message"' in analysis
+    actions = report.split("## Recommended actions", 1)[1].split("## Appendix")[0]
+    assert 'kubectl describe node gpu-node-3 | grep -A12 -E "Conditions|Allocated resources"' in actions
+
+
+def test_a_pod_evicted_when_the_nodes_memory_ran_low(tmp_path: Path) -> None:
+    files = {"journal.log": "\n".join(_eviction("memory")) + "\n"}
+    head = _run(tmp_path, files, "incidents").rstrip("\n").split("\t")
+    assert head[3:] == ["confirmed", "pod inference/sglang-llama-0 evicted by the kubelet: the node ran low on memory"]
+
+
+def test_a_pod_evicted_for_its_own_limits(tmp_path: Path) -> None:
+    lines = [ln for ln in _eviction("ephemeral-storage") if "Eviction manager: pod is" in ln or "PLEG" in ln]
+    head = _run(tmp_path, {"journal.log": "\n".join(lines) + "\n"}, "incidents").rstrip("\n").split("\t")
+    assert head[3:] == ["likely", "pod inference/sglang-llama-0 evicted by the kubelet"]
+
+
+def test_the_eviction_managers_pressure_alone_is_no_incident(tmp_path: Path) -> None:
+    """Image garbage collection freed enough: the kubelet logs `attempting to reclaim` and evicts nothing."""
+    lines = [ln for ln in _eviction("ephemeral-storage") if "attempting to reclaim" in ln]
+    out = _run(tmp_path, {"journal.log": "\n".join(lines) + "\n"}, "incidents", "--date", "2025-05-25", code=1)
+    assert "no incident" in out
