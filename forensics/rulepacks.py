@@ -143,6 +143,7 @@ KINDS: dict[str, Role] = {
     "container_ready": Role.CONTEXT,       # kubelet: `"SyncLoop (probe)" probe="readiness" status="ready"`
     "node_pressure": Role.CONTEXT,         # kubelet: `"Eviction manager: must evict pod(s) to reclaim" resourceName="memory"`
     "pod_evicted": Role.SYMPTOM,           # kubelet: `"Eviction manager: pod is evicted successfully" pod="ns/name"`
+    "gpu_container_failed": Role.CAUSE,    # `nvidia-container-cli: initialization error: nvml error: driver not loaded`
 }
 
 # Field casts the engine implements (`forensics.match.CASTS`; a test keeps the two in step).

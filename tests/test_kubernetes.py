@@ -295,3 +295,42 @@ def test_the_eviction_managers_pressure_alone_is_no_incident(tmp_path: Path) -> 
     lines = [ln for ln in _eviction("ephemeral-storage") if "attempting to reclaim" in ln]
     out = _run(tmp_path, {"journal.log": "\n".join(lines) + "\n"}, "incidents", "--date", "2025-05-25", code=1)
     assert "no incident" in out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# a GPU container that cannot start: the NVIDIA container runtime's hook fails on the host
+
+
+def _hook_failure(hms: str, error: str) -> list[str]:
+    """containerd's and the kubelet's lines for one start of the container failing in nvidia-container-cli."""
+    hook = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+            "failed: unable to start container process: error during container init: error running hook #0: error "
+            "running hook: exit status 1, stdout: , stderr: Auto-detected mode as 'legacy'")
+    return [f'May 25 {hms} gpu-node-3 containerd[1811]: time="2025-05-25T{hms}.801117Z" level=error '
+            f'msg="StartContainer for \\"{C2[:12]}\\" failed" error="{hook}\\nnvidia-container-cli: {error}: unknown"',
+            _k(hms, "pod_workers.go:1301", f'"Error syncing pod, skipping" err="failed to \\"StartContainer\\" for '
+               f'\\"sglang\\" with RunContainerError: \\"{hook}\\\\\\nnvidia-container-cli: {error}: unknown\\"" '
+               f'{POD} podUID="{UID}"')]
+
+
+def test_a_gpu_container_the_nvidia_hook_cannot_start(tmp_path: Path) -> None:
+    lines = [*_hook_failure("20:21:14", "initialization error: nvml error: driver not loaded"), BACKOFF.replace(
+        "20:16:00", "20:21:26"), *_hook_failure("20:21:40", "initialization error: nvml error: driver not loaded")]
+    head = _run(tmp_path, {"journal.log": "\n".join(lines) + "\n"}, "incidents").rstrip("\n").split("\t")
+    assert head[3:] == ["confirmed", "a GPU container could not start on gpu-node-3 (pod inference/sglang-llama-0): "
+                        "nvidia-container-cli initialization error: nvml error: driver not loaded"]
+    report = _run(tmp_path, {}, "report", "--incident", "2025-05-25")
+    assert ("`initialization error: nvml error: driver not loaded` (the NVIDIA kernel module is not loaded on the "
+            "host: a kernel upgraded without the module rebuilt for it (DKMS)") in report
+    assert "(3 more logged)" in report and "**Also" not in report
+
+
+def test_a_gpu_container_started_after_a_driver_upgrade(tmp_path: Path) -> None:
+    """The hook's `driver/library version mismatch` is the driver mismatch, its back-off a consequence."""
+    lines = [*_hook_failure("20:21:14", "initialization error: nvml error: driver/library version mismatch"),
+             BACKOFF.replace("20:16:00", "20:21:26")]
+    head = _run(tmp_path, {"journal.log": "\n".join(lines) + "\n"}, "incidents").rstrip("\n").split("\t")
+    assert head[3:] == ["confirmed", "NVIDIA driver libraries do not match the loaded kernel module"]
+    report = _run(tmp_path, {}, "report", "--incident", "2025-05-25")
+    assert ("It explains: NVML: driver/library version mismatch; kubelet backing off 10s before restarting container "
+            "sglang of inference/sglang-llama-0 (CrashLoopBackOff).") in report
