@@ -60,6 +60,7 @@ from .asides import drop_asides
 from .kubepods import container_id_of, parse as parse_kubepods
 from .model import Confidence, Conclusion, Evidence
 from .sizes import format_value
+from .yamlread import construct
 
 # libyaml's safe loader when PyYAML has it (same nodes and marks, several times faster)
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -392,7 +393,7 @@ class _Reader:
         return Location(self.path, node.start_mark.line + 1)
 
     def value(self, node: yaml.Node) -> Any:
-        return self.loader.construct_object(node, deep=True)
+        return construct(self.loader, node, self.add)
 
     def mapping(self, node: yaml.Node, what: str, allowed: Sequence[str] | None = None) -> dict[str, yaml.Node] | None:
         if not isinstance(node, yaml.MappingNode):

@@ -72,6 +72,7 @@ from .asides import drop_asides, drop_tail
 from .cachefiles import code_digest, generation, private_dir, prune, write_atomic
 from .literals import MIN_LITERAL, derive_literals
 from .sizes import SIZE_SPECS, format_value
+from .yamlread import construct
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "rules"
 ENV_VAR = "FORENSICS_RULES"
@@ -544,7 +545,7 @@ class _Reader:
         return Location(self.path, node.start_mark.line + 1)
 
     def value(self, node: yaml.Node) -> Any:
-        return self.loader.construct_object(node, deep=True)
+        return construct(self.loader, node, self.err.add)
 
     def mapping(self, node: yaml.Node, what: str, allowed: Sequence[str] | None = None,
                 owner: str = "") -> dict[str, yaml.Node] | None:

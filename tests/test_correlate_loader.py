@@ -209,3 +209,10 @@ def test_agree_joins_entities_equal_where_both_are_known(tmp_path: Path, fixture
         load_correlations([_write(tmp_path / "b", bad)], builtin=False, fixture_dir=fixture_dir)
     assert "join of correlation 'mine.oom'.agree: unknown entity 'pidd'" in str(ei.value) and "did you mean 'pid'" \
         in str(ei.value)
+
+
+def test_an_unquoted_value_read_as_a_yaml_tag_is_an_error_at_its_line(tmp_path: Path, fixture_dir: Path) -> None:
+    d = _write(tmp_path, GOOD.replace("confidence: likely", "confidence: !likely sure"))
+    with pytest.raises(CorrelationError) as ei:
+        load_correlations([d], builtin=False, fixture_dir=fixture_dir)
+    assert "cannot read the value tagged '!likely'" in str(ei.value)

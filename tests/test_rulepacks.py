@@ -447,3 +447,14 @@ def test_pack_file_text_is_plain(tmp_path: Path) -> None:
                         "        "))
     (r,) = load_pack(write_pack(tmp_path, "ml.yaml", body)).rules
     assert r.examples[0].text.count("\n") == 1
+
+
+def test_an_unquoted_value_read_as_a_yaml_tag_is_an_error_at_its_line(tmp_path: Path) -> None:
+    """`literals: [!CUDA error: ]` (a value starting with `!` left unquoted) reads as a YAML tag the safe loader
+    cannot construct: an error naming the file, the line and the fix, not a crash (found by fuzz/fuzz_rules.py)."""
+    body = GOOD_RULE.replace("    casts: {status: int}\n", "    casts: {status: int}\n    literals:\n      - !CUDA error\n")
+    p = write_pack(tmp_path, "tagged.yaml", body)
+    errs = errors_of(p)
+    line = next(n for n, text in enumerate(p.read_text().splitlines(), 1) if "!CUDA" in text)
+    assert any(n == line and "cannot read the value tagged '!CUDA'" in m and "must be quoted" in m
+               for _, n, m in errs), errs
