@@ -145,6 +145,8 @@ KINDS: dict[str, Role] = {
     "node_pressure": Role.CONTEXT,         # kubelet: `"Eviction manager: must evict pod(s) to reclaim" resourceName="memory"`
     "pod_evicted": Role.SYMPTOM,           # kubelet: `"Eviction manager: pod is evicted successfully" pod="ns/name"`
     "gpu_container_failed": Role.CAUSE,    # `nvidia-container-cli: initialization error: nvml error: driver not loaded`
+    "ray_oom_kill": Role.CAUSE,            # Ray's memory monitor: `... which exceeds the memory usage threshold of 0.95`
+    "ray_oom_summary": Role.CONTEXT,       # raylet: `1 Workers (tasks / actors) killed due to memory pressure (OOM)`
 }
 
 # Field casts the engine implements (`forensics.match.CASTS`; a test keeps the two in step).
