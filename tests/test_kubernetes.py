@@ -334,3 +334,19 @@ def test_a_gpu_container_started_after_a_driver_upgrade(tmp_path: Path) -> None:
     report = _run(tmp_path, {}, "report", "--incident", "2025-05-25")
     assert ("It explains: NVML: driver/library version mismatch; kubelet backing off 10s before restarting container "
             "sglang of inference/sglang-llama-0 (CrashLoopBackOff).") in report
+
+
+def test_a_gpu_container_given_a_gpu_that_fell_off_the_bus(tmp_path: Path) -> None:
+    """The hook's `unknown device` after the GPU fell off the bus is the fall's consequence: one conclusion."""
+    kernel = ["May 25 20:12:03 gpu-node-3 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, "
+              "GPU has fallen off the bus.",
+              "May 25 20:12:03 gpu-node-3 kernel: NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus."]
+    device = "device error: GPU-6c1e3f1a-4d2b-8e9f-0a1b-2c3d4e5f6a7b: unknown device"
+    lines = [*kernel, *_hook_failure("20:12:40", device), BACKOFF.replace("20:16:00", "20:12:52"),
+             *_hook_failure("20:13:10", device)]
+    head = _run(tmp_path, {"journal.log": "\n".join(lines) + "\n"}, "incidents").rstrip("\n").split("\t")
+    assert head[3:] == ["confirmed", "GPU 0000:3b:00 fell off the bus"]
+    report = _run(tmp_path, {}, "report", "--incident", "2025-05-25")
+    assert ("A GPU container given it could not start: the NVIDIA container runtime's hook failed at 20:12:40 "
+            f"(`{device}`, `") in report
+    assert "**Also" not in report and "(CrashLoopBackOff)." in report.split("It explains: ", 1)[1].split("\n")[0]
