@@ -1900,18 +1900,28 @@ def resolve(matches: Sequence[Match]) -> list[Finding]:
 
     for i, (_pm, pf) in enumerate(primaries):
         index(i, pf.conclusion)
-    for m, f in folds:
-        target = by_cause.get(f.conclusion.cause_event)
-        if target is None:
-            target = by_event.get(m.anchor.id)
-        if target is None:
-            primaries.append((m, f))
-            index(len(primaries) - 1, f.conclusion)
-            continue
-        pm, pf = primaries[target]
-        primaries[target] = (pm, _fold_into(pf, f, fill_prose(m.correlation.fold_statement, _prose(_values(m)))
-                                            if m.correlation.fold_statement else ""))
-        index(target, primaries[target][1].conclusion)
+    # A fold merges into the conclusion that blames its cause or explains its anchor. That conclusion may itself be
+    # a fold's, or take in a fold that explains the anchor only later in the order (a pod's death anchored at the
+    # SGLang scheduler's crash, which the CUDA OOM's fold explains): the folds left without a target are tried
+    # again after each pass, and only when none can merge does the first of them stand as its own conclusion.
+    pending = list(folds)
+    while pending:
+        left: list[tuple[Match, Finding]] = []
+        for m, f in pending:
+            target = by_cause.get(f.conclusion.cause_event)
+            if target is None:
+                target = by_event.get(m.anchor.id)
+            if target is None:
+                left.append((m, f))
+                continue
+            pm, pf = primaries[target]
+            primaries[target] = (pm, _fold_into(pf, f, fill_prose(m.correlation.fold_statement, _prose(_values(m)))
+                                                if m.correlation.fold_statement else ""))
+            index(target, primaries[target][1].conclusion)
+        if len(left) == len(pending):
+            primaries.append(left.pop(0))
+            index(len(primaries) - 1, primaries[-1][1].conclusion)
+        pending = left
     out = _one_per_cause([f for _, f in primaries])
     out.sort(key=lambda f: (f.t is None, f.t if f.t is not None else 0.0, -f.priority, f.rules[0], f.anchor))
     return out

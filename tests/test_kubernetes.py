@@ -350,3 +350,39 @@ def test_a_gpu_container_given_a_gpu_that_fell_off_the_bus(tmp_path: Path) -> No
     assert ("A GPU container given it could not start: the NVIDIA container runtime's hook failed at 20:12:40 "
             f"(`{device}`, `") in report
     assert "**Also" not in report and "(CrashLoopBackOff)." in report.split("It explains: ", 1)[1].split("\n")[0]
+
+
+CRASH = """\
+[2025-05-25 20:10:05] server_args=ServerArgs(model_path='meta-llama/Llama-3.1-70B-Instruct', tp_size=4, port=30000, mem_fraction_static=0.92)
+[2025-05-25 20:10:19 TP0] Load weight begin. avail mem=78.50 GB
+[2025-05-25 20:12:30] The server is fired up and ready to roll!
+[2025-05-25 20:16:40 TP2] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2012, in run_scheduler_process
+    scheduler.event_loop_overlap()
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. GPU 2 has a total capacity of 79.19 GiB of which 1.12 GiB is free. Including non-PyTorch memory, this process has 78.06 GiB memory in use. Of the allocated memory 74.10 GiB is allocated by PyTorch, and 1.52 GiB is reserved by PyTorch but unallocated.
+
+[2025-05-25 20:16:40] Received sigquit from a child process. It usually means the child failed.
+"""
+
+
+def test_a_pod_whose_server_crashed_is_told_with_the_crash(tmp_path: Path) -> None:
+    """`kubectl logs` of the pod names no pod: its container's death two seconds after the server's crash, on the
+    only host, is the crash's consequence (likely), told in the CUDA OOM's conclusion, and the pod is down."""
+    lines = [_pleg("20:10:02", "ContainerStarted", C1), _ready("20:12:40"), _pleg("20:16:42", "ContainerDied", C1),
+             _pleg("20:16:43", "ContainerStarted", C2), BACKOFF.replace("20:16:00", "20:17:10")]
+    files = {"journal.log": "\n".join(lines) + "\n", "sglang-llama-0.log": CRASH}
+    head = _run(tmp_path, files, "incidents").rstrip("\n").split("\t")
+    assert head[4].startswith("CUDA out of memory")
+    report = _run(tmp_path, files, "report", "--incident", "2025-05-25")
+    assert ("The server ran in pod inference/sglang-llama-0 (likely: the host and the time tie them): its container "
+            "died at 20:16:42 (`") in report
+    assert "**Also" not in report
+    impact = report.split("## Impact")[1].split("## Timeline")[0]
+    assert "| `pod inference/sglang-llama-0` | 20:16:42 UTC | a container of inference/sglang-llama-0 died |" in impact
+
+
+def test_a_pod_that_died_long_after_a_crash_is_not_its_consequence(tmp_path: Path) -> None:
+    lines = [_pleg("20:19:42", "ContainerDied", C1)]
+    files = {"journal.log": "\n".join(lines) + "\n", "sglang-llama-0.log": CRASH}
+    report = _run(tmp_path, files, "report", "--incident", "2025-05-25")
+    assert "The server ran in pod" not in report
