@@ -630,12 +630,15 @@ class _Builder:
             seen.add(f"forensics report --incident {first.incident}")
             out.append(ActionView(f"forensics report --incident {first.incident}", first.host))
         for c in self.i.conclusions:
-            if c.unit and is_container_scope(c.unit) and c.next_steps:
+            about = unit_label(c.unit) if c.unit else kind_label(c.kind)
+            cause = self.events.get(c.cause_event) if c.cause_event else None
+            if (c.unit and is_container_scope(c.unit)) or (cause is not None and not cause.next_steps):
                 # a container's scope is gone with it (the restart runs in a new one): the commands its line's rule
-                # gives a unit (`systemctl show`, `journalctl -u`) find nothing, the conclusion's (kubectl) do
-                add_steps(c.next_steps, unit_label(c.unit))
-            elif c.cause_event and c.cause_event in self.events:
-                add(self.events[c.cause_event], unit_label(c.unit) if c.unit else kind_label(c.kind))
+                # gives a unit (`systemctl show`, `journalctl -u`) find nothing, the conclusion's (kubectl) do; and a
+                # cause line whose rule gives none (the kubelet's eviction passes) has the conclusion's
+                add_steps(c.next_steps, about)
+            elif cause is not None:
+                add(cause, about)
         symptoms = set(self.i.symptoms)
         for e in self.i.events:
             if e.id not in symptoms and e.id not in self.cause_events and e.role != "symptom":
