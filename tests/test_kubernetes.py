@@ -75,6 +75,11 @@ def _run(tmp_path: Path, files: dict[str, str], *args: str, code: int = 0) -> st
     return r.output
 
 
+def _section(report: str, head: str, until: str) -> str:
+    """The report's text from its `## head` section to the next `## until`."""
+    return report.split(f"## {head}", 1)[1].split(f"## {until}")[0]
+
+
 def test_a_server_killed_by_its_liveness_probe_while_it_loads(tmp_path: Path) -> None:
     files = {"journal.log": "\n".join(LOADING) + "\n", "sglang-llama-0.log": SGLANG}
     head = _run(tmp_path, files, "incidents").rstrip("\n").split("\t")
@@ -95,7 +100,7 @@ def test_a_server_killed_by_its_liveness_probe_while_it_loads(tmp_path: Path) ->
     # the probe's output is read as written, not as klog quotes it
     summary = report.split("## Impact")[0]
     assert 'refused a connection (`Get "http://10.244.0.14:30000/health": dial tcp' in summary
-    actions = report.split("## Recommended actions", 1)[1].split("## Appendix")[0]
+    actions = _section(report, "Recommended actions", "Appendix")
     assert "`kubectl -n inference get pod sglang-llama-0 -o yaml | grep -A8 -E \"livenessProbe|startupProbe\"`" in actions
     assert f"(`container {C1[:12]}`)" in actions and "cri-containerd-" not in actions
 
@@ -117,7 +122,7 @@ def test_a_pod_is_back_when_it_is_ready_again(tmp_path: Path) -> None:
     assert "found nothing listening" not in report           # a timed-out probe is no server still loading
     assert ("| `pod inference/sglang-llama-0` | 20:31:00 UTC | a container of inference/sglang-llama-0 died | "
             "20:37:31 UTC | 6 min 31 s |") in report
-    assert "pod batch/" not in report.split("## Impact")[1].split("## Timeline")[0]
+    assert "pod batch/" not in _section(report, "Impact", "Timeline")
 
 
 def test_a_readiness_probe_alone_kills_nothing(tmp_path: Path) -> None:
@@ -184,7 +189,7 @@ def test_a_container_that_reached_its_pods_memory_limit(tmp_path: Path) -> None:
             "kubepods-burstable.slice/kubepods-burstable-pod93e17ecc\\_ab55") in report
     assert "journal.log:13`); Kubernetes reports it as `OOMKilled`" in report
     # the pod is what went down, not the container's scope systemd names; it is back once ready again
-    impact = report.split("## Impact")[1].split("## Timeline")[0]
+    impact = _section(report, "Impact", "Timeline")
     assert ("| `pod inference/sglang-llama-0` | 20:14:03 UTC | a container of inference/sglang-llama-0 died | "
             "20:17:31 UTC | 3 min 28 s |") in impact
     assert "cri-containerd-" not in impact
@@ -192,11 +197,11 @@ def test_a_container_that_reached_its_pods_memory_limit(tmp_path: Path) -> None:
     # systemd's note on the scope is told with the kill, not as a cause of its own
     assert "It explains: cri-containerd-" in report and "**Also" not in report
     # the scope is gone with the container: the commands are kubectl's, not systemctl's on the scope
-    actions = report.split("## Recommended actions", 1)[1].split("## Appendix")[0]
+    actions = _section(report, "Recommended actions", "Appendix")
     assert actions.startswith('\n\n1. `kubectl -n inference describe pod sglang-llama-0 | grep -A8 "Last State"`')
     assert "systemctl show cri-containerd" not in actions and "journalctl -u cri-containerd" not in actions
     # a journal whose systemd lines name a container's scope alone is no `journalctl -u` export of it
-    timeline = report.split("## Timeline")[1].split("## What the key lines reveal")[0]
+    timeline = _section(report, "Timeline", "What the key lines reveal")
     assert "| `journal.log:1` |  | a container of inference/sglang-llama-0 started |" in timeline
 
 
@@ -269,12 +274,12 @@ def test_a_pod_evicted_when_the_nodes_disk_ran_low(tmp_path: Path) -> None:
     assert ("logged `must evict pod(s) to reclaim ephemeral-storage` at 20:39:50, after trying to reclaim it without "
             "evicting (unused images, dead containers) since 20:38:50 (3 passes logged)") in report
     assert "a 70B model is 140 GB in bf16" in report
-    impact = report.split("## Impact")[1].split("## Timeline")[0]
+    impact = _section(report, "Impact", "Timeline")
     assert ("| `pod inference/sglang-llama-0` | 20:39:52 UTC | a container of inference/sglang-llama-0 died | "
             "not within the logs |") in impact
-    analysis = report.split("## Analysis", 1)[1].split("## Recommended actions")[0]
+    analysis = _section(report, "Analysis", "Recommended actions")
     assert 'kubectl -n inference describe pod sglang-llama-0 | grep -A3 -E "Reason|Message"' in analysis
-    actions = report.split("## Recommended actions", 1)[1].split("## Appendix")[0]
+    actions = _section(report, "Recommended actions", "Appendix")
     assert 'kubectl describe node gpu-node-3 | grep -A12 -E "Conditions|Allocated resources"' in actions
 
 
@@ -377,7 +382,7 @@ def test_a_pod_whose_server_crashed_is_told_with_the_crash(tmp_path: Path) -> No
     assert ("The server ran in pod inference/sglang-llama-0 (likely: the host and the time tie them): its container "
             "died at 20:16:42 (`") in report
     assert "**Also" not in report
-    impact = report.split("## Impact")[1].split("## Timeline")[0]
+    impact = _section(report, "Impact", "Timeline")
     assert "| `pod inference/sglang-llama-0` | 20:16:42 UTC | a container of inference/sglang-llama-0 died |" in impact
 
 
