@@ -146,7 +146,7 @@ def unit_impacts(incident: Incident) -> tuple[UnitImpact, ...]:
     pods = _pod_groups(incident)
     # a pod's container is told as the pod: its scope (systemd's `A process of this unit has been killed by the
     # OOM killer`) is no service of its own
-    in_pods = {e.fields.get("container_id") for evs in pods.values() for e in evs if _container_down(e)}
+    in_pods = {e.fields.get("container_id") for evs in pods.values() for e in evs if _container_down(e)} - {None}
     groups: list[tuple[str, list[Event], frozenset[str], Callable[[Event], bool], frozenset[str]]] = [
         (unit, [e for e in incident.events if e.unit == unit and e.ts], START_KINDS, _unit_down, READY_KINDS)
         for unit in incident.units if container_id_of(unit) not in in_pods]
