@@ -57,7 +57,7 @@ import polars as pl
 import yaml
 
 from .asides import drop_asides
-from .kubepods import container_id_of, parse as parse_kubepods
+from .kubepods import parse as parse_kubepods, scope_id
 from .model import Confidence, Conclusion, Evidence
 from .sizes import format_value
 from .yamlread import construct
@@ -919,15 +919,14 @@ def entities_of(kind: str, host: str | None, unit: str | None, pid: int | None,
             ents["container"] = f"{ents['pod']}/{fields['container']}"
     # a container by its runtime's id: the kubelet's ContainerDied prints it, the kernel's OOM report names its
     # cgroup (task_memcg before the pod's oom_memcg), the kubelet's kill lines its scope
+    # (each path read once, and only when it names the kubelet's tree)
+    kubes = [k for p in (fields.get("task_memcg"), cgroup) if p and "kubepods" in str(p) and (k := parse_kubepods(p))]
     cid = fields.get("container_id")
-    cid = cid if isinstance(cid, str) and len(cid) == 64 else (
-        container_id_of(fields.get("task_memcg")) or container_id_of(cgroup) or container_id_of(u))
+    if not (isinstance(cid, str) and len(cid) == 64):
+        cid = next((k.container_id for k in kubes if k.container_id), None) or scope_id(u)
     if cid:
         ents["container_id"] = cid
-    puid = fields.get("pod_uid")
-    if not puid and ("kubepods" in str(cgroup or "") or "kubepods" in str(u or "")):
-        kc = parse_kubepods(fields.get("task_memcg")) or parse_kubepods(cgroup) or parse_kubepods(u)
-        puid = kc.pod_uid if kc else None
+    puid = fields.get("pod_uid") or next((k.pod_uid for k in kubes), None)
     if puid:
         ents["pod_uid"] = str(puid)
     return ents
@@ -1662,19 +1661,16 @@ def human_seconds(s: float) -> str:
     return f"{h} h {m} min" if m else f"{h} h"
 
 
-_CONTAINER_SCOPE = re.compile(r"^(?:docker|cri-containerd|crio|libpod)-([0-9a-f]{64})\.scope$")
-
-
 def is_container_scope(unit: str | None) -> bool:
     """A container's scope: a unit that is new on every restart of the container (a new id each time)."""
-    return bool(unit) and _CONTAINER_SCOPE.match(unit) is not None
+    return scope_id(unit) is not None
 
 
 def unit_label(unit: str) -> str:
     """A unit as a headline names it: a container's scope (`docker-<64 hex>.scope`, containerd's, CRI-O's,
     podman's) as `container <12 hex>`, the id `docker ps` shows; any other unit as it is."""
-    m = _CONTAINER_SCOPE.match(unit)
-    return f"container {m.group(1)[:12]}" if m else unit
+    cid = scope_id(unit)
+    return f"container {cid[:12]}" if cid else unit
 
 
 def step_values(evs: Sequence[EventView], anchor: EventView, distinct: str | None = None) -> dict[str, Any]:

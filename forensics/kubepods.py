@@ -15,9 +15,10 @@ QOS_CLASSES = {"burstable": "Burstable", "besteffort": "BestEffort", "": "Guaran
 _POD = re.compile(r"(?:^|kubepods-(?:(?P<qos>burstable|besteffort)-)?)pod(?P<uid>[0-9a-f]{8}[-_][0-9a-f]{4}[-_]"
                   r"[0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$")
 _QOS = re.compile(r"(?:^|-)(burstable|besteffort)(?:\.slice)?$")
-# a container's cgroup: the runtime's scope (`cri-containerd-`, `crio-`, `docker-`) or the bare id (cgroupfs);
-# CRI-O with cgroup v2 may nest the process one level deeper (`crio-<id>.scope/container`)
-_CONTAINER = re.compile(r"(?:(?:cri-containerd|crio|docker)-)?(?P<id>[0-9a-f]{64})(?:\.scope)?")
+# a container's cgroup: the runtime's scope (`cri-containerd-`, `crio-`, `docker-`, podman's `libpod-`) or the bare
+# id (cgroupfs); CRI-O with cgroup v2 may nest the process one level deeper (`crio-<id>.scope/container`)
+_CONTAINER = re.compile(r"(?:(?:cri-containerd|crio|docker|libpod)-)?(?P<id>[0-9a-f]{64})(?:\.scope)?")
+_SCOPE = re.compile(r"(?:cri-containerd|crio|docker|libpod)-(?P<id>[0-9a-f]{64})\.scope")
 
 
 @dataclass(frozen=True)
@@ -53,13 +54,18 @@ def parse(path: object) -> KubeCgroup | None:
     return None
 
 
+def scope_id(unit: object) -> str | None:
+    """The container id of a container's systemd scope (`cri-containerd-<64 hex>.scope`), None for any other unit."""
+    m = _SCOPE.fullmatch(unit) if isinstance(unit, str) and unit.endswith(".scope") else None
+    return m.group("id") if m else None
+
+
 def container_id_of(name: object) -> str | None:
     """The container id in a kubepods cgroup path or in a container's scope (`cri-containerd-<id>.scope`)."""
     if not name:
         return None
     s = str(name)
-    if "/" in s:
-        kc = parse(s) if "kubepods" in s else None
-        return kc.container_id if kc else None
-    m = _CONTAINER.fullmatch(s) if s.endswith(".scope") else None
-    return m.group("id") if m else None
+    if "/" not in s:
+        return scope_id(s)
+    kc = parse(s) if "kubepods" in s else None
+    return kc.container_id if kc else None

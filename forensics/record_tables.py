@@ -22,7 +22,7 @@ import polars as pl
 
 from . import profile
 from .cachefiles import code_digest, generation, prune, stamps, write_atomic
-from .correlate import is_container_scope
+from .kubepods import scope_id
 
 _CODE = code_digest(__file__)           # how the tables are computed and kept (other code: `code`, below)
 
@@ -236,7 +236,7 @@ def unit_fills(tables: RecordTables, event_units: Iterable[str]) -> UnitFills:
     # (a container's scope is no unit to take lines for: systemd names it for its OOM note or its start, while the
     # container's output goes to the runtime's log, and the kubelet's lines beside it are the kubelet's)
     journal = {sid: us[0] for sid, us in zip(tables.units["source_id"].to_list(), tables.units["unit"].to_list())
-               if len(us) == 1 and not is_container_scope(us[0])}
+               if len(us) == 1 and scope_id(us[0]) is None}
     named = set(event_units) | tables.file_units
     paths = dict(zip(tables.hosts["source_id"].to_list(), tables.hosts["path"].to_list()))
     file = {sid: u for sid, p in sorted(paths.items())

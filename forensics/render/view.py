@@ -619,15 +619,12 @@ class _Builder:
         seen: set[object] = set()
         out: list[ActionView] = []
 
-        def add_steps(steps: Sequence[str], about: str) -> None:
+        def add(steps: Sequence[str], about: str) -> None:
             for step in steps:
                 key = command_key(step)
                 if key not in seen:
                     seen.add(key)
                     out.append(ActionView(step, about))
-
-        def add(e: Event, about: str) -> None:
-            add_steps(e.next_steps, about)
 
         first = first_failed(self.i)
         if first is not None:   # the node that failed first: its own report before this host's commands
@@ -636,17 +633,17 @@ class _Builder:
         for c in self.i.conclusions:
             about = unit_label(c.unit) if c.unit else kind_label(c.kind)
             cause = self.events.get(c.cause_event) if c.cause_event else None
-            if (c.unit and is_container_scope(c.unit)) or (cause is not None and not cause.next_steps):
+            if is_container_scope(c.unit) or (cause is not None and not cause.next_steps):
                 # a container's scope is gone with it (the restart runs in a new one): the commands its line's rule
                 # gives a unit (`systemctl show`, `journalctl -u`) find nothing, the conclusion's (kubectl) do; and a
                 # cause line whose rule gives none (the kubelet's eviction passes) has the conclusion's
-                add_steps(c.next_steps, about)
+                add(c.next_steps, about)
             elif cause is not None:
-                add(cause, about)
+                add(cause.next_steps, about)
         symptoms = set(self.i.symptoms)
         for e in self.i.events:
             if e.id not in symptoms and e.id not in self.cause_events and e.role != "symptom":
-                add(e, unit_label(e.unit) if e.unit else kind_label(e.kind))
+                add(e.next_steps, unit_label(e.unit) if e.unit else kind_label(e.kind))
         return tuple(out)
 
     def excerpt_views(self) -> tuple[ExcerptView, ...]:
