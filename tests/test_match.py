@@ -836,6 +836,49 @@ def test_a_single_identifier_or_format_batch_is_prefiltered_for_its_rules_only_a
     assert got_once.equals(match_records(recs, rules))     # `match_records` (rescan, explain) the same way
 
 
+@pytest.mark.parametrize("formats", [("sglang", "glog"), ("journal-short", "text", "sglang"),
+                                     ("a", "b", "c", "d", "e")])
+def test_a_batch_of_a_few_formats_is_prefiltered_by_format_and_loses_no_event(
+        rules: RuleSet, formats: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of many identifiers and a few formats (an SGLang log with NCCL's glog lines) is split by format,
+    each part searching the literals of the rules that may apply to it: the same events as the full prefilter. Past
+    `_MAX_SPLIT_FORMATS` formats it takes the full prefilter."""
+    import forensics.match as match
+
+    recs = _example_records(rules)
+    recs = recs.with_columns(pl.Series("format", [formats[i % len(formats)] for i in range(recs.height)]))
+    assert match._only(recs, "ident") is None and match._only(recs, "format") is None
+    split = Matcher(rules)
+    split.keep(recs)
+    got = split.finish()
+    monkeypatch.setattr(match, "_only", lambda records, col: None)
+    full = Matcher(rules)
+    full.keep(recs)
+    want = full.finish()
+    assert want.height > 0
+    assert got.equals(want)
+
+
+def test_a_split_batch_leaves_out_the_literals_of_rules_that_cannot_apply(rules: RuleSet) -> None:
+    """`cuda` is dpkg's rule's literal (format `generic`): the `Decode batch` lines of an SGLang log, which all
+    hold `cuda graph`, are no candidates of a batch that also holds a glog line; the full prefilter takes them."""
+    import forensics.match as match
+
+    decode = ("[2025-05-25 20:54:02 TP0] Decode batch. #running-req: 1, #token: 558, token usage: 0.61, "
+              "cuda graph: True, gen throughput (token/s): 19.31, #queue-req: 0")
+    ready = "The server is fired up and ready to roll!"
+    nccl = "[rank0]:[E525 20:54:03.000000000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective " \
+           "operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out."
+    recs = records([{"ident": "sglang", "format": "sglang", "message": decode, "line": 1, "line_end": 1},
+                    {"ident": "sglang", "format": "sglang", "message": ready, "line": 2, "line_end": 2},
+                    {"ident": "ProcessGroupNCCL.cpp:616", "format": "glog", "message": nccl, "line": 3,
+                     "line_end": 3}])
+    m = Matcher(rules)
+    cand = m._candidates(match._frame(recs), recs)
+    assert cand.get_column("line").to_list() == [2, 3]
+    assert match._frame(recs).filter(m._cond((None, None))).get_column("line").to_list() == [1, 2, 3]
+
+
 def test_only_and_the_literals_it_selects(rules: RuleSet) -> None:
     import forensics.match as match
 
