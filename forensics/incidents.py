@@ -72,6 +72,7 @@ from .correlate_store import (
 )
 from .correlate_local import LocalMatcher
 from .dayscope import Reach, Span, Window, day_of, first_window
+from .nearanchor import StepOnly
 from . import dayscope, gpuholders, nodes
 from .environment import Fingerprint, fingerprints
 from .record_tables import compute_tables, host_fills, record_tables, unit_fills
@@ -92,6 +93,9 @@ CONTEXT_KINDS = frozenset({"server_config", "server_ready", "server_start", "ser
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 # correlations fired only where they can matter (forensics.correlate_local); off: at every anchor, as a check
 LOCAL_MATCHING = os.environ.get("FORENSICS_LOCAL_MATCHING", "1") != "0"
+# off: correlation reads every event of a step-only kind, near an anchor or not (a check that leaving them out
+# changes nothing: forensics.nearanchor)
+NEAR_ANCHORS = os.environ.get("FORENSICS_NEAR_ANCHORS", "1") != "0"
 
 
 class IncidentNotFound(LookupError):
@@ -784,6 +788,10 @@ class _Builder:
         # what a day's window must hold at any time: what correlations bind far, the launch configurations (an
         # incident's configuration review) and the architecture errors (the first names a host's SM)
         self.reach = Reach.of(self.corrs, ARCH_KINDS | {"server_config"})
+        # the kinds correlations bind only near an anchor of theirs, read only there (clustering, the launch
+        # configurations and the architecture read the others wherever they are)
+        self.step_only = (StepOnly.of(self.corrs, self.reach.always | ARCH_KINDS | CONTEXT_KINDS | {"cuda_oom"})
+                          if NEAR_ANCHORS else None)
         self.envs: dict[str, Fingerprint] = {}
         self._owners: dict[str, tuple[EventView, bool] | None] = {}   # config_owner's answers, by configuration id
         self.host_gpus: dict[str, tuple[str | None, str]] = {}
@@ -858,7 +866,8 @@ class _Builder:
         # untimed kernel lines (what the logs cannot place)
         wanted = (pl.col("kind").is_in(sorted(self.kinds)) | pl.col("significant") | pl.col("archish")
                   | (pl.col("t_us").is_null() & pl.col("kind").is_in(sorted(KERNEL_KINDS))))
-        evs = src.load(wanted if window is None else wanted & window.mask(self.reach.always))
+        mask = wanted if window is None else wanted & window.mask(self.reach.always)
+        evs = src.load(mask if self.step_only is None else self.step_only.select(src.narrow.filter(mask)))
         # the GPU named by the logs makes architecture statements name it (only when it matters)
         arch_hosts = sorted({e.host for e in evs if e.fields.get("sm") and e.host} - self.gpu_hosts)
         if arch_hosts:
