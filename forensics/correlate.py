@@ -101,7 +101,7 @@ _LOGGER_PID_KINDS = frozenset({
     "unit_oom_killed", "cgroup_kill_failed", "stop_timeout", "restart_scheduled", "start_limit_hit",
     "service_started", "service_stopped", "oomd_kill", "journal_suppressed", "boot", "start_timeout",
     "unit_watchdog", "server_config", "probe_kill", "container_stop", "container_died", "crash_loop_backoff",
-    "container_started", "container_ready", "node_pressure", "pod_evicted"})
+    "container_started", "container_ready", "node_pressure", "pod_evicted", "pod_admission_denied", "gpu_unhealthy"})
 KERNEL_KINDS = frozenset({"oom_invoked", "oom_kill", "oom_reaped", "gpu_xid", "gpu_fallen_off_bus", "segfault",
                           "hung_task", "kernel_panic", "cpu_lockup", "boot"})
 SYSTEMD_KINDS = _LOGGER_PID_KINDS - {"server_config", "boot"} | {"systemd_kill", "core_dump"}
@@ -1710,6 +1710,8 @@ def step_values(evs: Sequence[EventView], anchor: EventView, distinct: str | Non
             if _as_text(v) not in lst:
                 lst.append(_as_text(v))
         for k, v in ev.entities.items():
+            if ev.fields.get(k) is not None:   # `{step.k}` reads the field first: `all_k` lists what it would
+                continue                       # (a pod's name, not also its `namespace/name` entity)
             lst = fields_all.setdefault(k, [])
             if v not in lst:
                 lst.append(v)

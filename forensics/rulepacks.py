@@ -147,6 +147,8 @@ KINDS: dict[str, Role] = {
     "gpu_container_failed": Role.CAUSE,    # `nvidia-container-cli: initialization error: nvml error: driver not loaded`
     "ray_oom_kill": Role.CAUSE,            # Ray's memory monitor: `... which exceeds the memory usage threshold of 0.95`
     "ray_oom_summary": Role.CONTEXT,       # raylet: `1 Workers (tasks / actors) killed due to memory pressure (OOM)`
+    "gpu_unhealthy": Role.SYMPTOM,         # NVIDIA device plugin: `XidCriticalError: Xid=79 on Device=GPU-...; marking device as unhealthy.`
+    "pod_admission_denied": Role.SYMPTOM,  # kubelet: `"Pod admission denied" ... reason="UnexpectedAdmissionError"`
 }
 
 # Field casts the engine implements (`forensics.match.CASTS`; a test keeps the two in step).

@@ -391,3 +391,69 @@ def test_a_pod_that_died_long_after_a_crash_is_not_its_consequence(tmp_path: Pat
     files = {"journal.log": "\n".join(lines) + "\n", "sglang-llama-0.log": CRASH}
     report = _run(tmp_path, files, "report", "--incident", "2025-05-25")
     assert "The server ran in pod" not in report
+
+
+# -- a GPU the NVIDIA device plugin marks unhealthy, and the pods the kubelet then refuses
+
+GPU_UUID = "GPU-6c1e3f1a-4d2b-8e9f-0a1b-2c3d4e5f6a7b"
+PLUGIN = f"""\
+I0525 20:02:11.100000       1 main.go:256] Starting NVIDIA Device Plugin
+I0525 20:02:11.220000       1 server.go:125] Registered device plugin for 'nvidia.com/gpu' with Kubelet
+I0525 20:17:03.512345       1 health.go:151] Processing event {{Device:{{Handle:0xc000212008}} EventType:8 EventData:79 GpuInstanceId:4294967295 ComputeInstanceId:4294967295}}
+I0525 20:17:03.512400       1 health.go:159] XidCriticalError: Xid=79 on Device={GPU_UUID}; marking device as unhealthy.
+I0525 20:17:03.512500       1 server.go:301] 'nvidia.com/gpu' device marked unhealthy: {GPU_UUID}
+"""
+XID79 = [_kernel("20:17:03", "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."),
+         _kernel("20:17:03", "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.")]
+
+
+def _refused(hms: str, pod: str, available: int) -> str:
+    return _k(hms, "kubelet.go:2395", f'"Pod admission denied" podUID="5b0a2c8e-7d1f-4e8a-9c3b-2f6d8e1a4b7c" '
+              f'pod="inference/{pod}" reason="UnexpectedAdmissionError" message="Allocate failed due to requested '
+              f'number of devices unavailable for nvidia.com/gpu. Requested: 8, Available: {available}, which is '
+              'unexpected"')
+
+
+def test_a_gpu_the_device_plugin_marked_unhealthy_after_it_fell_off_the_bus(tmp_path: Path) -> None:
+    journal = [_pleg("20:10:02", "ContainerStarted", C1), *XID79, _pleg("20:17:09", "ContainerDied", C1),
+               _refused("20:25:12", "sglang-llama-1", 7)]
+    files = {"journal.log": "\n".join(journal) + "\n", "nvidia-device-plugin.log": PLUGIN}
+    head = _run(tmp_path, files, "incidents").rstrip("\n").split("\t")
+    assert head[3:] == ["confirmed", "GPU 0000:3b:00 fell off the bus"]     # one incident: the Xid is the cause
+    report = _run(tmp_path, files, "report", "--incident", "2025-05-25")
+    summary = report.split("## Impact")[0]
+    assert f"The NVIDIA device plugin marked the GPU ({GPU_UUID}) unhealthy at 20:17:03 (`" in summary
+    assert "nvidia-device-plugin.log:4`, Xid 79): the kubelet no longer offers it to pods" in summary
+    assert "The kubelet then refused pod inference/sglang-llama-1 at 20:25:12 (`" in summary
+    assert ("journal.log:5`) for lack of nvidia.com/gpu (8 asked for, 7 healthy and free) "
+            "(`UnexpectedAdmissionError`).") in summary
+    assert "**Also" not in report
+    # the plugin's `device marked unhealthy` line repeats the mark: no event of its own
+    events = _run(tmp_path, files, "events", "--kind", "gpu_unhealthy")
+    assert events.count("GPU marked unhealthy") == 1
+
+
+def test_a_gpu_marked_unhealthy_when_no_kernel_log_was_copied(tmp_path: Path) -> None:
+    journal = [_pleg("20:10:02", "ContainerStarted", C1), _refused("20:25:12", "sglang-llama-1", 7),
+               _refused("20:26:40", "sglang-llama-2", 7)]
+    files = {"journal.log": "\n".join(journal) + "\n", "nvidia-device-plugin.log": PLUGIN}
+    head = _run(tmp_path, files, "incidents").rstrip("\n").split("\t")
+    assert head[3:] == ["confirmed", f"{GPU_UUID} on gpu-node-3: Xid 79, marked unhealthy by the NVIDIA device plugin"]
+    report = _run(tmp_path, files, "report", "--incident", "2025-05-25")
+    summary = report.split("## Impact")[0]
+    assert "GPU has fallen off the bus (PCIe link, power or hardware failure)" in summary   # the Xid's meaning
+    assert "No kernel log covering the moment was ingested" in summary
+    assert ("journal.log:2`) (and 1 more: sglang-llama-2) for lack of nvidia.com/gpu (8 asked for, 7 "
+            "healthy and free)") in summary
+    actions = _section(report, "Recommended actions", "Appendix")
+    assert 'grep -E "NVRM: Xid"' in actions and f"nvidia-smi -q -i {GPU_UUID}" in actions
+
+
+def test_a_pod_refused_its_gpus_with_nothing_to_say_why(tmp_path: Path) -> None:
+    files = {"journal.log": _refused("20:25:12", "sglang-llama-1", 0) + "\n"}
+    head = _run(tmp_path, files, "incidents").rstrip("\n").split("\t")
+    assert head[3:] == ["likely", "pod inference/sglang-llama-1 refused by the kubelet on gpu-node-3: "
+                                  "UnexpectedAdmissionError (nvidia.com/gpu)"]
+    report = _run(tmp_path, files, "report", "--incident", "2025-05-25")
+    assert "No line of the device plugin marking a GPU unhealthy was ingested" in report
+    assert "kubectl -n gpu-operator logs -l app=nvidia-device-plugin-daemonset --timestamps" in report

@@ -45,6 +45,8 @@ KIND_LABELS: dict[str, str] = {
     "pod_evicted": "pod evicted by the kubelet",
     "gpu_container_failed": "GPU container could not start (NVIDIA runtime hook)",
     "ray_oom_kill": "killed by Ray's memory monitor",
+    "gpu_unhealthy": "GPU marked unhealthy by the NVIDIA device plugin",
+    "pod_admission_denied": "pod refused by the kubelet (admission)",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
     "child_failed": "SGLang child process failure",
