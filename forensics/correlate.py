@@ -102,8 +102,8 @@ _LOGGER_PID_KINDS = frozenset({
     "service_started", "service_stopped", "oomd_kill", "journal_suppressed", "boot", "start_timeout",
     "unit_watchdog", "server_config", "probe_kill", "container_stop", "container_died", "crash_loop_backoff",
     "container_started", "container_ready", "node_pressure", "pod_evicted", "pod_admission_denied", "gpu_unhealthy"})
-KERNEL_KINDS = frozenset({"oom_invoked", "oom_kill", "oom_reaped", "gpu_xid", "gpu_fallen_off_bus", "segfault",
-                          "hung_task", "kernel_panic", "cpu_lockup", "boot"})
+KERNEL_KINDS = frozenset({"oom_invoked", "oom_kill", "oom_reaped", "gpu_xid", "gpu_fallen_off_bus", "gpu_init_failed",
+                          "segfault", "hung_task", "kernel_panic", "cpu_lockup", "boot"})
 SYSTEMD_KINDS = _LOGGER_PID_KINDS - {"server_config", "boot"} | {"systemd_kill", "core_dump"}
 
 

@@ -45,6 +45,7 @@ KIND_LABELS: dict[str, str] = {
     "pod_evicted": "pod evicted by the kubelet",
     "gpu_container_failed": "GPU container could not start (NVIDIA runtime hook)",
     "ray_oom_kill": "killed by Ray's memory monitor",
+    "gpu_init_failed": "GPU failed to initialize (NVIDIA driver)",
     "gpu_unhealthy": "GPU marked unhealthy by the NVIDIA device plugin",
     "pod_admission_denied": "pod refused by the kubelet (admission)",
     "segfault": "segmentation fault",
