@@ -190,6 +190,15 @@ def cast_unquote(v: Any) -> str:
     return re.sub(r'\\(["\\])', r"\1", str(v))
 
 
+def cast_klog_block(v: Any) -> str:
+    """A klog multi-line value as the journal merged it (`forensics.normalise`: each line after a tab, then ` >`),
+    read back: the lines without their tab, the closing ` >` left out."""
+    lines = [ln[1:] if ln.startswith("\t") else ln.strip() for ln in str(v).split("\n")]
+    while lines and lines[-1] in ("", ">"):
+        lines.pop()
+    return "\n".join(lines)
+
+
 def cast_bool(v: Any) -> bool | None:
     if isinstance(v, bool):
         return v
@@ -341,6 +350,7 @@ CASTS: dict[str, Callable[[Any], Any]] = {
     "cgroup_unit": cast_cgroup_unit,
     "container_unit": cast_container_unit,
     "unquote": cast_unquote,
+    "klog_block": cast_klog_block,
     "lower": lambda v: str(v).lower(),
     "command": cast_command,
 }

@@ -24,8 +24,10 @@ NEW_RECORD = (r"^(\[\d{4}-\d{2}-\d{2} |\[rank\d+\]:|\[?[IWEF]\d{4} \d|INFO:|WARN
 KERNEL_STAMP = r"^\[\s*(\d{1,10}\.\d{1,9})\] ?"
 # the caller id a kernel built with CONFIG_PRINTK_CALLER prints after the stamp: the task (`T1234`) or CPU (`C3`)
 KERNEL_CALLER = r"^\[\s*[TC]\d{1,10}\] ?"
-BLOCK_START = r"Traceback \(most recent call last\):|^Exception raised from "
-BLOCK_LITERALS = ["Traceback (most recent call last):", "Exception raised from "]
+# klog's multi-line value (`output=<`, then each line of the value after a tab, then ` >`: k8s.io/klog/v2
+# textlogger): a kubelet's exec probe's output, one journal entry a line
+BLOCK_START = r"Traceback \(most recent call last\):|^Exception raised from |=<$"
+BLOCK_LITERALS = ["Traceback (most recent call last):", "Exception raised from ", "=<"]
 # one cached regex (`str.contains_any` builds its automaton again on every batch)
 _BLOCK_RX = "|".join(pl.escape_regex(x) for x in BLOCK_LITERALS)
 KEY = ["host", "ident", "pid"]
@@ -140,7 +142,7 @@ def open_block(recs: pl.DataFrame) -> int | None:
     tail = recs.tail(HOLD_MAX).select(*KEY, "line", "message", _runs().alias("_j"))
     if tail.height == 0:
         return None
-    starts = (tail.get_column("_j") & tail.get_column("message").str.contains(_BLOCK_RX).fill_null(False)).arg_true()
+    starts = (tail.get_column("_j") & tail.get_column("message").str.contains(BLOCK_START).fill_null(False)).arg_true()
     if starts.len() == 0:
         return None
     i = int(starts[-1])
@@ -155,7 +157,7 @@ def _merge_journal_blocks(recs: pl.DataFrame) -> pl.DataFrame:
     """A traceback logged through the journal is one entry per line; make it one record again.
 
     Within one (host, ident, pid), a block starts at `Traceback (most recent call last):` (or c10's
-    `Exception raised from`) and takes the entries of that process that follow it, line after line, until
+    `Exception raised from`, or a klog line whose last value is a multi-line one: `output=<`) and takes the entries of that process that follow it, line after line, until
     one that starts a new log record (an SGLang/glog/uvicorn prefix), a line of anything else in between (so
     a record's lines are a run: no other record inside its span) or a gap of more than 2 s.
 

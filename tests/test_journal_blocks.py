@@ -182,3 +182,48 @@ def test_vllm_under_systemd_a_traceback_logged_line_by_line_is_one_record(tmp_pa
     assert titles["python_traceback"].startswith("torch.OutOfMemoryError: CUDA out of memory")
     assert titles["scheduler_exception"] == "vLLM EngineCore encountered a fatal error"
     assert "cuda_oom" in titles
+
+
+_PROBE = ['I0525 20:12:09.100000    4052 prober.go:107] "Probe failed" probeType="Liveness" '
+          'pod="inference/sglang-llama-0" podUID="93e17ecc-ab55-461a-b526-29248d2554ad" containerName="sglang" '
+          'probeResult="failure" output=<',
+          "\tcurl: (7) Failed to connect to localhost port 30000 after 0 ms: Connection refused",
+          " >"]
+
+
+def _kubelet(before: int) -> str:
+    """A kubelet's journal: `before` lines, then a failed exec probe whose output klog prints as a multi-line value
+    (one entry a line), then one more line of the kubelet."""
+    head = [f"May 25 20:{10 + i // 600:02d}:{i // 10 % 60:02d} gpu-node-3 kubelet[4052]: I0525 20:10:00.000000    "
+            f'4052 kubelet_node_status.go:486] "Fast updating node status as it just became ready" n={i}'
+            for i in range(before)]
+    probe = [f"May 25 20:12:09 gpu-node-3 kubelet[4052]: {t}" for t in _PROBE]
+    after = ['May 25 20:12:10 gpu-node-3 kubelet[4052]: I0525 20:12:10.000000    4052 kubelet.go:2528] "SyncLoop '
+             '(probe)" probe="liveness" status="unhealthy" pod="inference/sglang-llama-0"']
+    return "\n".join(head + probe + after) + "\n"
+
+
+def test_a_klog_multi_line_value_is_one_record_with_its_line(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """klog prints a multi-line value (an exec probe's output) as `key=<`, its lines after a tab, and ` >`; through
+    the journal each is an entry: the three are the probe's record again, also where a batch ends inside them, and
+    the line after them (a record of its own) is not taken in."""
+    import forensics.pipeline as pipeline
+    from forensics.store import Store
+
+    text = _kubelet(200)
+    for cut in (None, len(text.split("output=<")[0]) + 20, len(text.split("curl: (7)")[0]) + 5):
+        d = tmp_path / str(cut)
+        d.mkdir()
+        if cut is not None:
+            monkeypatch.setattr(pipeline, "BATCH_BYTES", cut)
+        (d / "j.log").write_text(text)
+        store = Store(d / "s")
+        store.init()
+        pipeline.ingest(store, [str(d / "j.log")], pipeline.IngestOptions())
+        recs = store.records().sort("line").collect()
+        assert recs.height == 202, cut
+        probe = recs.filter(pl.col("message").str.contains("Probe failed"))
+        assert probe["message"].to_list() == ["\n".join(_PROBE)], cut
+        assert (probe["line"][0], probe["line_end"][0]) == (201, 203)
+        ev = store.events().collect().filter(pl.col("kind") == "health_check_failed")
+        assert ev.height == 1 and '"output":"curl: (7) Failed to connect' in ev["fields"][0], cut

@@ -457,3 +457,29 @@ def test_a_pod_refused_its_gpus_with_nothing_to_say_why(tmp_path: Path) -> None:
     report = _run(tmp_path, files, "report", "--incident", "2025-05-25")
     assert "No line of the device plugin marking a GPU unhealthy was ingested" in report
     assert "kubectl -n gpu-operator logs -l app=nvidia-device-plugin-daemonset --timestamps" in report
+
+
+def _exec_probe(hms: str) -> list[str]:
+    """A liveness exec probe (`curl -f localhost:30000/health`) that failed: klog prints its output as a multi-line
+    value, one journal entry a line."""
+    return [_k(hms, "prober.go:107", f'"Probe failed" probeType="Liveness" {POD} podUID="{UID}" containerName="sglang" '
+               'probeResult="failure" output=<'),
+            f"May 25 {hms} gpu-node-3 kubelet[4052]: \tcurl: (7) Failed to connect to localhost port 30000 after 0 ms: "
+            "Connection refused",
+            f"May 25 {hms} gpu-node-3 kubelet[4052]:  >"]
+
+
+def test_an_exec_probes_output_on_the_lines_after_it_is_read(tmp_path: Path) -> None:
+    lines = [_pleg("20:10:02", "ContainerStarted", C1), *_exec_probe("20:12:09"), *_exec_probe("20:12:19"),
+             *_exec_probe("20:12:29"), *_kill("20:12:29", C1), _pleg("20:13:00", "ContainerDied", C1)]
+    files = {"journal.log": "\n".join(lines) + "\n", "sglang-llama-0.log": SGLANG}
+    head = _run(tmp_path, files, "incidents").rstrip("\n").split("\t")
+    assert head[3:] == ["confirmed", "container sglang of pod inference/sglang-llama-0 killed by the kubelet: its "
+                        "liveness probe found nothing listening (the server was still loading)"]
+    # one event a probe, its record the three lines, its output the curl's line
+    events = _run(tmp_path, files, "events", "--kind", "health_check_failed")
+    assert events.count("Liveness probe failed for sglang-llama-0 (sglang)") == 3
+    assert "journal.log:2-4" in events and "connection refused" not in events.replace("Liveness", "")
+    report = _run(tmp_path, files, "report", "--incident", "2025-05-25")
+    assert ("after 3 failed liveness probes from 20:12:09, each refused a connection (`curl: (7) Failed to connect "
+            "to localhost port 30000 after 0 ms: Connection refused`)") in report
