@@ -149,6 +149,7 @@ KINDS: dict[str, Role] = {
     "ray_oom_summary": Role.CONTEXT,       # raylet: `1 Workers (tasks / actors) killed due to memory pressure (OOM)`
     "gpu_init_failed": Role.CAUSE,         # kernel: `NVRM: GPU 0000:d8:00.0: RmInitAdapter failed! (0x26:0xffff:1227)`
     "gpu_unhealthy": Role.SYMPTOM,         # NVIDIA device plugin: `XidCriticalError: Xid=79 on Device=GPU-...; marking`
+    "model_download_failed": Role.CAUSE,   # Hugging Face Hub: `Cannot access gated repo for url https://huggingface.co/...`
     "pod_admission_denied": Role.SYMPTOM,  # kubelet: `"Pod admission denied" ... reason="UnexpectedAdmissionError"`
 }
 

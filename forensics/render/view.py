@@ -47,6 +47,7 @@ KIND_LABELS: dict[str, str] = {
     "ray_oom_kill": "killed by Ray's memory monitor",
     "gpu_init_failed": "GPU failed to initialize (NVIDIA driver)",
     "gpu_unhealthy": "GPU marked unhealthy by the NVIDIA device plugin",
+    "model_download_failed": "model not fetched from the Hugging Face Hub",
     "pod_admission_denied": "pod refused by the kubelet (admission)",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
