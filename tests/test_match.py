@@ -827,13 +827,20 @@ def test_a_single_identifier_or_format_batch_is_prefiltered_for_its_rules_only_a
     narrow = Matcher(rules)
     narrow.keep(recs)
     got, got_once = narrow.finish(), match_records(recs, rules)
+    assert got.equals(_with_the_full_prefilter(recs, rules, monkeypatch))
+    assert got_once.equals(match_records(recs, rules))     # `match_records` (rescan, explain) the same way
+
+
+def _with_the_full_prefilter(recs: pl.DataFrame, rules: RuleSet, monkeypatch: pytest.MonkeyPatch) -> pl.DataFrame:
+    """The events of a Matcher whose every batch searches every literal (no single identifier or format)."""
+    import forensics.match as match
+
     monkeypatch.setattr(match, "_only", lambda records, col: None)
     full = Matcher(rules)
     full.keep(recs)
     want = full.finish()
     assert want.height > 0
-    assert got.equals(want)
-    assert got_once.equals(match_records(recs, rules))     # `match_records` (rescan, explain) the same way
+    return want
 
 
 @pytest.mark.parametrize("formats", [("sglang", "glog"), ("journal-short", "text", "sglang"),
@@ -850,13 +857,7 @@ def test_a_batch_of_a_few_formats_is_prefiltered_by_format_and_loses_no_event(
     assert match._only(recs, "ident") is None and match._only(recs, "format") is None
     split = Matcher(rules)
     split.keep(recs)
-    got = split.finish()
-    monkeypatch.setattr(match, "_only", lambda records, col: None)
-    full = Matcher(rules)
-    full.keep(recs)
-    want = full.finish()
-    assert want.height > 0
-    assert got.equals(want)
+    assert split.finish().equals(_with_the_full_prefilter(recs, rules, monkeypatch))
 
 
 def test_a_split_batch_leaves_out_the_literals_of_rules_that_cannot_apply(rules: RuleSet) -> None:
