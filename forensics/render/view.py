@@ -58,7 +58,7 @@ KIND_LABELS: dict[str, str] = {
 
 CONFIDENCE_WORDS: dict[str, str] = {
     "confirmed": "the logs show the cause directly",
-    "likely": "consistent with the logs, but the cause itself is not logged",
+    "likely": "consistent with the logs, but no line ties the cause to the failure directly",
     "possible": "one of several explanations the logs allow",
     "inconclusive": "the logs cannot decide it",
 }
