@@ -76,4 +76,4 @@ class StepOnly:
             near = mine.join_asof(anchors, left_on="t_us", right_on="_a", by="host", strategy="nearest",
                                   tolerance=int(w * 1_000_000), check_sortedness=False)   # sorted above
             parts.append(near.filter(pl.col("_a").is_not_null()).select("_seq"))
-        return pl.concat(parts).unique().sort("_seq")
+        return pl.concat(parts).sort("_seq")   # the parts are disjoint: the other kinds, then each step-only kind
