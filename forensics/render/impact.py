@@ -88,6 +88,17 @@ def server_label(path: str, fmt: str) -> str:
     return f"{SERVERS[fmt][0]} server ({PurePath(path).name})"
 
 
+# A torchrun job's own log that names no unit: the job goes down when the agent reports its first failed worker
+# (`failed (exitcode: -9) local_rank: 3 (pid: 48214) of binary: ...`: it then stops the other workers and exits).
+def _job_down(e: Event) -> bool:
+    return e.kind == "worker_failed"
+
+
+def job_label(path: str) -> str:
+    """How the impact names the torchrun job of a log that names no unit."""
+    return f"torchrun job ({PurePath(path).name})"
+
+
 def _unit_down(e: Event) -> bool:
     return e.kind in DOWN_KINDS
 
@@ -140,7 +151,8 @@ def _pod_groups(incident: Incident) -> dict[str, list[Event]]:
 
 def unit_impacts(incident: Incident) -> tuple[UnitImpact, ...]:
     """Each unit's runs and outages; then, for an SGLang or vLLM log that names no unit, its server's, under
-    `server_label` (when the server went down in the incident); then each Kubernetes pod's that lost a container
+    `server_label` (when the server went down in the incident); a torchrun job's that names no unit, under
+    `job_label` (when a worker failed); then each Kubernetes pod's that lost a container
     (its outages last until it is ready again)."""
     end = logs_end(incident)
     pods = _pod_groups(incident)
@@ -155,6 +167,9 @@ def unit_impacts(incident: Incident) -> tuple[UnitImpact, ...]:
         for path in sorted({e.path for e in own if down(e)}):
             groups.append((server_label(path, fmt), [e for e in own if e.path == path], SERVER_START_KINDS, down,
                            READY_KINDS))
+    jobs = [e for e in incident.events if e.unit is None and e.ts and _job_down(e)]
+    for path in sorted({e.path for e in jobs}):
+        groups.append((job_label(path), [e for e in jobs if e.path == path], frozenset(), _job_down, frozenset()))
     for pod, evs in pods.items():
         groups.append((pod, evs, frozenset({"container_started"}), _container_down, frozenset({"container_ready"})))
     out: list[UnitImpact] = []

@@ -49,6 +49,7 @@ KIND_LABELS: dict[str, str] = {
     "gpu_unhealthy": "GPU marked unhealthy by the NVIDIA device plugin",
     "model_download_failed": "model not fetched from the Hugging Face Hub",
     "pod_admission_denied": "pod refused by the kubelet (admission)",
+    "worker_failed": "torchrun worker failure",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
     "child_failed": "SGLang child process failure",
