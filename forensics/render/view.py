@@ -50,6 +50,7 @@ KIND_LABELS: dict[str, str] = {
     "model_download_failed": "model not fetched from the Hugging Face Hub",
     "pod_admission_denied": "pod refused by the kubelet (admission)",
     "worker_failed": "torchrun worker failure",
+    "port_in_use": "port already in use",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
     "child_failed": "SGLang child process failure",
