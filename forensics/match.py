@@ -160,6 +160,18 @@ def cast_sm_arch(v: Any) -> str | None:
     return None
 
 
+def cast_cuda_version(v: Any) -> str | None:
+    """A CUDA version as cudaDriverGetVersion and cudaRuntimeGetVersion give it (1000 * major + 10 * minor):
+    `12080` -> `12.8`, `11040` -> `11.4`; a dotted one (`12.8`) is kept."""
+    s = str(v).strip()
+    if re.fullmatch(r"\d+\.\d+", s):
+        return s
+    if not s.isdigit() or int(s) < 1000:
+        return None
+    n = int(s)
+    return f"{n // 1000}.{n % 1000 // 10}"
+
+
 def cast_cgroup_unit(v: Any) -> str | None:
     """`/system.slice/sglang.service` -> `sglang.service` (the innermost unit-like component)."""
     for part in reversed(str(v).strip().split("/")):
@@ -347,6 +359,7 @@ CASTS: dict[str, Callable[[Any], Any]] = {
     "flags": cast_flags,
     "signal": cast_signal,
     "sm_arch": cast_sm_arch,
+    "cuda_version": cast_cuda_version,
     "cgroup_unit": cast_cgroup_unit,
     "container_unit": cast_container_unit,
     "unquote": cast_unquote,

@@ -157,7 +157,7 @@ KINDS: dict[str, Role] = {
 
 # Field casts the engine implements (`forensics.match.CASTS`; a test keeps the two in step).
 CAST_NAMES = ("int", "float", "str", "bool", "kb", "bytes", "duration", "duration_ms", "flags", "signal",
-              "sm_arch", "cgroup_unit", "container_unit", "unquote", "klog_block", "lower", "command")
+              "sm_arch", "cuda_version", "cgroup_unit", "container_unit", "unquote", "klog_block", "lower", "command")
 
 # Placeholders every title / explain / next_steps template may use besides the rule's own fields. `port`: the port
 # the unit's server listens on, from its launch configuration's `--port` (SGLang's default, 30000, without one).

@@ -18,6 +18,7 @@ from forensics import cli_rules, match
 from forensics.match import (
     cast_bytes,
     cast_cgroup_unit,
+    cast_cuda_version,
     cast_duration,
     cast_duration_ms,
     cast_flags,
@@ -399,6 +400,8 @@ def test_cast_kb_duration_signal_sm_cgroup() -> None:
     assert cast_signal("SIGKILL") == "KILL" and cast_signal("9") == "KILL" and cast_signal("ABRT") == "ABRT"
     assert cast_sm_arch("compute_120a") == "sm_120" and cast_sm_arch("12.0") == "sm_120"
     assert cast_sm_arch("[12]") == "sm_12x" and cast_sm_arch("90") == "sm_90"
+    assert (cast_cuda_version(12080), cast_cuda_version("11040"), cast_cuda_version("9020")) == ("12.8", "11.4", "9.2")
+    assert cast_cuda_version("13.0") == "13.0" and cast_cuda_version("0") is None and cast_cuda_version("x") is None
     assert cast_cgroup_unit("/system.slice/sglang.service") == "sglang.service"
     assert cast_cgroup_unit("/user.slice/user-1001.slice/session-190.scope") == "session-190.scope"
     assert cast_cgroup_unit("/") is None
