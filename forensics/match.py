@@ -995,10 +995,11 @@ class Matcher:
                 self._kept += cand.height
                 self._bytes += int(cand.get_column("message").str.len_bytes().sum() or 0)
             self._rows += records.height
-            ends = [c for c in ("line_end", "line") if c in records.columns]
-            last = records.select(pl.coalesce(ends).max()).item() if ends else None
-            if last is not None:
-                self._last = max(self._last, int(last))
+            # the greatest line number: a record's `line_end` where known, else its `line` (two scans of the
+            # columns, no query: a batch's plan and its wait for the interpreter cost more than the scans)
+            for c in ("line_end", "line"):
+                if c in records.columns and (last := records.get_column(c).max()) is not None:
+                    self._last = max(self._last, int(last))
         return self._kept * self._keys_per_literal >= self.flush_rows or self._bytes >= self.flush_bytes
 
     def _candidates(self, frame: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
