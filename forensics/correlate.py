@@ -1692,7 +1692,8 @@ def step_values(evs: Sequence[EventView], anchor: EventView, distinct: str | Non
     vals["where"] = f"{e.path}:{e.line}"
     vals["first_line"] = e.message.split("\n", 1)[0]
     if e.ts is None:
-        vals["time"] = "an unknown time (its kernel seconds are not anchored to the wall clock)"
+        vals["time"] = ("an unknown time (its kernel seconds are not anchored to the wall clock)"
+                        if e.ts_source == "monotonic_only" else "an unknown time (its line carries no time stamp)")
     else:
         vals["ts"] = iso(e.ts)
         vals["time"] = _hms(e.ts)
