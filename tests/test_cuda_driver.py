@@ -4,12 +4,12 @@ driver supports, after a `pip install` pulled one) and `Found no NVIDIA driver o
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from forensics.cli import main
+from helpers import cli_incidents, cli_ingest
 
 TOO_OLD = ("RuntimeError: The NVIDIA driver on your system is too old (found version 12080). Please update your GPU "
            "driver by downloading and installing a new version from the URL: http://www.nvidia.com/Download/index.aspx "
@@ -28,17 +28,9 @@ JOURNAL = [
 ]
 
 
-def _store(tmp: Path, name: str, text: str) -> list[str]:
-    (tmp / name).write_text(text)
-    store = ["--store", str(tmp / "store")]
-    r = CliRunner().invoke(main, [*store, "ingest", str(tmp / name)])
-    assert r.exit_code == 0, r.output
-    return store
-
-
 def test_a_server_whose_torch_needs_a_newer_driver(tmp_path: Path) -> None:
-    store = _store(tmp_path, "journal.log", "\n".join(_J.format(s=s, who=w, msg=m) for w, s, m in JOURNAL) + "\n")
-    [inc] = json.loads(CliRunner().invoke(main, [*store, "incidents", "--json"]).output)
+    store = cli_ingest(tmp_path, {"journal.log": "\n".join(_J.format(s=s, who=w, msg=m) for w, s, m in JOURNAL) + "\n"})
+    [inc] = cli_incidents(store)
     root = inc["root_cause"]
     assert (root["rule"], root["confidence"], root["kind"]) == ("exit.after_error", "likely", "cuda_init_failed")
     assert inc["headline"] == ("vllm.service exited after CUDA could not initialise: the NVIDIA driver is too old (it "
@@ -59,8 +51,7 @@ def test_no_driver_at_all(tmp_path: Path) -> None:
             "Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a driver "
             "from http://www.nvidia.com/Download/index.aspx (Triggered internally at  /pytorch/c10/cuda/"
             "CUDAFunctions.cpp:100.)\n")
-    store = _store(tmp_path, "server.log", "2025-07-14 10:02:24,118 " + line)
-    [inc] = json.loads(CliRunner().invoke(main, [*store, "incidents", "--json"]).output)
+    [inc] = cli_incidents(cli_ingest(tmp_path, {"server.log": "2025-07-14 10:02:24,118 " + line}))
     assert (inc["root_cause"]["rule"], inc["root_cause"]["confidence"]) == ("cuda.init_failed", "likely")
     assert inc["headline"] == "CUDA could not initialise: error 35 (no NVIDIA driver found)"
     assert "its kernel module is not loaded" in inc["root_cause"]["statement"]

@@ -4,12 +4,9 @@ says the GPU is not at fault and what to change (not the build, as for a GPU new
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from forensics.cli import main
+from helpers import cli_incidents, cli_ingest
 
 _J = "2025-08-11T11:20:{s:02d}+00:00 gpu-v100 {who}: {msg}"
 CORE = "ERROR 08-11 11:20:04 [core.py:396] "
@@ -29,11 +26,7 @@ JOURNAL = [
 
 
 def _incidents(tmp: Path, name: str, text: str) -> list[dict]:
-    (tmp / name).write_text(text)
-    store = ["--store", str(tmp / "store")]
-    r = CliRunner().invoke(main, [*store, "ingest", str(tmp / name)])
-    assert r.exit_code == 0, r.output
-    return json.loads(CliRunner().invoke(main, [*store, "incidents", "--json"]).output)
+    return cli_incidents(cli_ingest(tmp, {name: text}))
 
 
 def test_vllm_asked_for_bfloat16_on_a_v100(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from forensics.cli import main
+from helpers import cli_incidents, cli_ingest
 
 BIND = ("[2025-05-26 09:14:02] ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): "
         "address already in use")
@@ -32,13 +33,8 @@ RuntimeError: The server socket has failed to listen on any local network addres
 
 
 def _incidents(tmp: Path, name: str, text: str) -> tuple[list[str], list[dict]]:
-    (tmp / name).write_text(text)
-    store = ["--store", str(tmp / "store")]
-    r = CliRunner().invoke(main, [*store, "ingest", str(tmp / name)])
-    assert r.exit_code == 0, r.output
-    r = CliRunner().invoke(main, [*store, "incidents", "--json"])
-    assert r.exit_code == 0, r.output
-    return store, json.loads(r.output)
+    store = cli_ingest(tmp, {name: text})
+    return store, cli_incidents(store)
 
 
 def test_a_unit_that_exits_because_its_port_is_taken(tmp_path: Path) -> None:
@@ -78,9 +74,7 @@ def test_torchrun_cannot_listen_on_its_rendezvous_port(tmp_path: Path) -> None:
 def test_a_bind_error_that_is_not_errno_98_is_not_a_busy_port(tmp_path: Path) -> None:
     line = ("[2025-05-26 09:14:02] ERROR:    [Errno 99] error while attempting to bind on address ('10.0.0.9', 30000): "
             "cannot assign requested address\n")
-    (tmp_path / "sglang.log").write_text(line)
-    store = ["--store", str(tmp_path / "store")]
-    assert CliRunner().invoke(main, [*store, "ingest", str(tmp_path / "sglang.log")]).exit_code == 0
+    store = cli_ingest(tmp_path, {"sglang.log": line})
     # no rule matches the line (errno 99 is another error): `events`, as grep, answers an empty list with exit 1
     r = CliRunner().invoke(main, [*store, "events", "--kind", "port_in_use", "--json"])
     assert (r.exit_code, json.loads(r.stdout)) == (1, [])

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from forensics.cli import main
 from forensics.parse import parse_text
+from helpers import cli_ingest
 
 _J = "2025-06-02T14:41:{s:02d}+00:00 gpu-node-07 {who}: {msg}"
 TRAIN = [
@@ -36,18 +37,9 @@ DMESG = """\
 """
 
 
-def _store(tmp: Path, files: dict[str, str]) -> list[str]:
-    for name, text in files.items():
-        (tmp / name).write_text(text)
-    store = ["--store", str(tmp / "store")]
-    r = CliRunner().invoke(main, [*store, "ingest", *(str(tmp / n) for n in files)])
-    assert r.exit_code == 0, r.output
-    return store
-
-
 def test_a_worker_killed_by_the_kernel_oom_killer(tmp_path: Path) -> None:
     journal = "\n".join(_J.format(s=s, who=who, msg=msg) for who, s, msg in TRAIN) + "\n"
-    store = _store(tmp_path, {"journal.log": journal, "dmesg.log": DMESG})
+    store = cli_ingest(tmp_path, {"journal.log": journal, "dmesg.log": DMESG})
     r = CliRunner().invoke(main, [*store, "incidents", "--json"])
     [inc] = json.loads(r.output)
     root = inc["root_cause"]
@@ -67,7 +59,7 @@ def test_a_worker_killed_by_the_kernel_oom_killer(tmp_path: Path) -> None:
 def test_a_plain_torchrun_log_alone_suspects_an_oom_kill_and_names_the_job(tmp_path: Path) -> None:
     text = ("[2025-06-02 14:41:53,402] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) "
             "local_rank: 3 (pid: 48214) of binary: /opt/venv/bin/python3\n")
-    store = _store(tmp_path, {"train.log": text})
+    store = cli_ingest(tmp_path, {"train.log": text})
     report = CliRunner().invoke(main, [*store, "report", "--incident", "2025-06-02"]).output
     assert report.startswith("# torchrun worker (local rank 3, pid 48214) killed by SIGKILL: OOM kill suspected, not "
                              "confirmed")
@@ -86,7 +78,7 @@ def test_a_worker_that_failed_after_its_own_cuda_oom(tmp_path: Path) -> None:
                                 "failed (exitcode: 1) local_rank: 3 (pid: 48214) of binary: /opt/venv/bin/python3"),
     ]
     journal = "\n".join(_J.format(s=s, who=who, msg=msg) for who, s, msg in lines) + "\n"
-    store = _store(tmp_path, {"journal.log": journal})
+    store = cli_ingest(tmp_path, {"journal.log": journal})
     [inc] = json.loads(CliRunner().invoke(main, [*store, "incidents", "--json"]).output)
     assert inc["root_cause"]["kind"] == "cuda_oom"
     failed = next(s for s in inc["symptoms"] if s["kind"] == "worker_failed")

@@ -4,12 +4,12 @@ launch arguments it logged, and told in the conclusion of the unit's exit."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from forensics.cli import main
+from helpers import cli_incidents, cli_ingest
 
 CORE = "(EngineCore_DP0 pid=413) ERROR 10-08 09:13:55 [core.py:708] "
 VLLM = "\n".join([
@@ -32,11 +32,8 @@ VLLM = "\n".join([
 
 
 def _incidents(tmp: Path, name: str, text: str) -> tuple[list[str], list[dict]]:
-    (tmp / name).write_text(text)
-    store = ["--store", str(tmp / "store")]
-    r = CliRunner().invoke(main, [*store, "ingest", "--year", "2025", str(tmp / name)])
-    assert r.exit_code == 0, r.output
-    return store, json.loads(CliRunner().invoke(main, [*store, "incidents", "--json"]).output)
+    store = cli_ingest(tmp, {name: text}, "--year", "2025")
+    return store, cli_incidents(store)
 
 
 def test_a_vllm_log_read_against_its_launch_arguments(tmp_path: Path) -> None:
