@@ -152,6 +152,7 @@ KINDS: dict[str, Role] = {
     "model_download_failed": Role.CAUSE,   # Hugging Face Hub: `Cannot access gated repo for url https://huggingface.co/...`
     "pod_admission_denied": Role.SYMPTOM,  # kubelet: `"Pod admission denied" ... reason="UnexpectedAdmissionError"`
     "port_in_use": Role.CAUSE,             # uvicorn `[Errno 98] error while attempting to bind on address (...)`, c10d EADDRINUSE
+    "model_unsupported": Role.CAUSE,       # `... has model type `x` but Transformers does not recognize this architecture`
     "worker_failed": Role.SYMPTOM,         # torchrun: `failed (exitcode: -9) local_rank: 0 (pid: 4821) of binary: ...`
 }
 

@@ -55,6 +55,7 @@ KIND_LABELS: dict[str, str] = {
     "pod_admission_denied": "pod refused by the kubelet (admission)",
     "worker_failed": "torchrun worker failure",
     "port_in_use": "port already in use",
+    "model_unsupported": "model not supported by the installed release",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
     "child_failed": "SGLang child process failure",
