@@ -56,6 +56,7 @@ KIND_LABELS: dict[str, str] = {
     "worker_failed": "torchrun worker failure",
     "port_in_use": "port already in use",
     "model_unsupported": "model not supported by the installed release",
+    "exec_failed": "unit's program could not be started by systemd",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
     "child_failed": "SGLang child process failure",
