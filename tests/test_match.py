@@ -58,7 +58,10 @@ def records(rows: list[dict]) -> pl.DataFrame:
              "source_id": "abc", **r}
         d.setdefault("line_end", d["line"])
         full.append(d)
-    return conform(pl.DataFrame(full, schema_overrides={"ts": RECORD_SCHEMA["ts"]}, strict=False), RECORD_SCHEMA)
+    # every row read for the types: a column null in the first hundred rows (the unit of the examples of the packs
+    # that come first) would otherwise be taken for null-typed
+    return conform(pl.DataFrame(full, schema_overrides={"ts": RECORD_SCHEMA["ts"]}, strict=False,
+                                infer_schema_length=None), RECORD_SCHEMA)
 
 
 # ------------------------------------------------------------------------------------------ every example
