@@ -154,6 +154,7 @@ KINDS: dict[str, Role] = {
     "port_in_use": Role.CAUSE,             # uvicorn `[Errno 98] error while attempting to bind on address (...)`, c10d EADDRINUSE
     "model_unsupported": Role.CAUSE,       # `... has model type `x` but Transformers does not recognize this architecture`
     "exec_failed": Role.CAUSE,             # systemd: `x.service: Failed at step EXEC spawning /path: No such file or directory`
+    "cuda_graph_capture_failed": Role.CAUSE,  # SGLang: `Exception: Capture cuda graph failed: CUDA out of memory. ...`
     "worker_failed": Role.SYMPTOM,         # torchrun: `failed (exitcode: -9) local_rank: 0 (pid: 4821) of binary: ...`
 }
 

@@ -57,6 +57,7 @@ KIND_LABELS: dict[str, str] = {
     "port_in_use": "port already in use",
     "model_unsupported": "model not supported by the installed release",
     "exec_failed": "unit's program could not be started by systemd",
+    "cuda_graph_capture_failed": "SGLang CUDA graph capture failure",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
     "child_failed": "SGLang child process failure",
