@@ -59,6 +59,7 @@ import yaml
 from .asides import drop_asides
 from .kubepods import parse as parse_kubepods, scope_id
 from .model import Confidence, Conclusion, Evidence
+from .schema import TimeSource
 from .sizes import format_value
 from .yamlread import construct
 
@@ -1693,7 +1694,7 @@ def step_values(evs: Sequence[EventView], anchor: EventView, distinct: str | Non
     vals["first_line"] = e.message.split("\n", 1)[0]
     if e.ts is None:
         vals["time"] = ("an unknown time (its kernel seconds are not anchored to the wall clock)"
-                        if e.ts_source == "monotonic_only" else "an unknown time (its line carries no time stamp)")
+                        if e.ts_source == TimeSource.MONOTONIC_ONLY else "an unknown time (its line carries no time stamp)")
     else:
         vals["ts"] = iso(e.ts)
         vals["time"] = _hms(e.ts)

@@ -32,13 +32,8 @@ RuntimeError: The server socket has failed to listen on any local network addres
 """
 
 
-def _incidents(tmp: Path, name: str, text: str) -> tuple[list[str], list[dict]]:
-    store = cli_ingest(tmp, {name: text})
-    return store, cli_incidents(store)
-
-
 def test_a_unit_that_exits_because_its_port_is_taken(tmp_path: Path) -> None:
-    _, [inc] = _incidents(tmp_path, "journal.log", JOURNAL)
+    [inc] = cli_incidents(cli_ingest(tmp_path, {"journal.log": JOURNAL}))
     root = inc["root_cause"]
     # the unit's exit is bound to the error before it in the same unit; the port's story is told in that conclusion
     assert (root["rule"], root["confidence"], root["kind"]) == ("exit.after_error", "likely", "port_in_use")
@@ -54,7 +49,8 @@ def test_a_unit_that_exits_because_its_port_is_taken(tmp_path: Path) -> None:
 
 
 def test_a_server_log_alone_shows_the_cause_directly(tmp_path: Path) -> None:
-    store, [inc] = _incidents(tmp_path, "sglang.log", BIND + "\n")
+    store = cli_ingest(tmp_path, {"sglang.log": BIND + "\n"})
+    [inc] = cli_incidents(store)
     assert (inc["root_cause"]["rule"], inc["root_cause"]["confidence"]) == ("net.port_in_use", "confirmed")
     report = CliRunner().invoke(main, [*store, "report", "--incident", "2025-05-26"]).output
     assert report.startswith("# port 30000 already in use: the server could not listen on its HTTP port\n")
@@ -62,7 +58,7 @@ def test_a_server_log_alone_shows_the_cause_directly(tmp_path: Path) -> None:
 
 
 def test_torchrun_cannot_listen_on_its_rendezvous_port(tmp_path: Path) -> None:
-    _, [inc] = _incidents(tmp_path, "train.log", TORCHRUN)
+    [inc] = cli_incidents(cli_ingest(tmp_path, {"train.log": TORCHRUN}))
     root = inc["root_cause"]
     assert (root["rule"], root["confidence"]) == ("net.port_in_use", "confirmed")
     assert inc["headline"].startswith("port 29500 already in use: torch.distributed's rendezvous store")

@@ -31,13 +31,12 @@ VLLM = "\n".join([
 ]) + "\n"
 
 
-def _incidents(tmp: Path, name: str, text: str) -> tuple[list[str], list[dict]]:
-    store = cli_ingest(tmp, {name: text}, "--year", "2025")
-    return store, cli_incidents(store)
+YEAR = ("--year", "2025")   # vLLM's stamps print no year
 
 
 def test_a_vllm_log_read_against_its_launch_arguments(tmp_path: Path) -> None:
-    store, [inc] = _incidents(tmp_path, "vllm.log", VLLM)
+    store = cli_ingest(tmp_path, {"vllm.log": VLLM}, *YEAR)
+    [inc] = cli_incidents(store)
     root = inc["root_cause"]
     assert (root["rule"], root["confidence"], root["kind"]) == ("memory.vllm_kv_sizing", "confirmed", "mem_sizing_failed")
     assert inc["headline"] == ("vLLM could not start: KV cache too small for one request of 131072 tokens: 16.00 GiB "
@@ -59,7 +58,7 @@ def test_the_unit_exit_it_causes(tmp_path: Path) -> None:
     journal += [f"2025-10-08T09:13:55+00:00 gpu-7 vllm[2200]: {line}" for line in VLLM.splitlines()]
     journal += ["2025-10-08T09:13:57+00:00 gpu-7 systemd[1]: vllm.service: Main process exited, code=exited, "
                 "status=1/FAILURE"]
-    _, [inc] = _incidents(tmp_path, "journal.log", "\n".join(journal) + "\n")
+    [inc] = cli_incidents(cli_ingest(tmp_path, {"journal.log": "\n".join(journal) + "\n"}, *YEAR))
     assert inc["headline"] == ("vllm.service exited after KV cache too small for one request of 131072 tokens: "
                                "16.00 GiB needed, 4.41 GiB available")
     assert (inc["root_cause"]["rule"], inc["root_cause"]["kind"]) == ("exit.after_error", "mem_sizing_failed")
@@ -70,14 +69,14 @@ def test_the_v0_engine_and_the_no_memory_wordings(tmp_path: Path) -> None:
     text = ("2025-10-08 09:13:55,118 ValueError: The model's max seq len (32768) is larger than the maximum number of "
             "tokens that can be stored in KV cache (20336). Try increasing `gpu_memory_utilization` or decreasing "
             "`max_model_len` when initializing the engine.\n")
-    _, [inc] = _incidents(tmp_path, "v0.log", text)
+    [inc] = cli_incidents(cli_ingest(tmp_path, {"v0.log": text}, *YEAR))
     assert inc["root_cause"]["rule"] == "memory.vllm_kv_sizing"
     assert inc["headline"] == "vLLM could not start: KV cache too small for --max-model-len 32768: it holds 20336 tokens"
     # no launch arguments in the log: the flag's aside is left out, the rest stands
     assert "(here" not in inc["root_cause"]["statement"]
     text = ("2025-10-08 09:13:55,118 ValueError: No available memory for the cache blocks. Try increasing "
             "`gpu_memory_utilization` when initializing the engine.\n")
-    _, [inc] = _incidents(_sub(tmp_path), "none.log", text)
+    [inc] = cli_incidents(cli_ingest(_sub(tmp_path), {"none.log": text}, *YEAR))
     assert inc["headline"] == "vLLM could not start: no GPU memory left for the KV cache"
 
 
