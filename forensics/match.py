@@ -484,41 +484,47 @@ def _candidate_rows(recs: pl.DataFrame, cond: pl.Expr | None) -> pl.DataFrame:
 
 
 _PAIRS_ROWS = 16_384   # candidates whose literals are listed at a time (the lists of a whole flush's took 50 MiB)
+POS = "__pos"          # a pair's candidate: its position in the candidate frame the pairs were made from
 
 
 def _pairs(cand: pl.DataFrame, rules: RuleSet, table: pl.DataFrame | None = None) -> pl.DataFrame:
-    """(ROW, rule, context) for every literal each candidate holds: which rules (and context patterns) to try."""
+    """(ROW, POS, rule, context) for every literal each candidate holds: which rules (and context patterns) to
+    try, and on which rows of `cand` (POS: its rows are then gathered by position, with no search for them)."""
     if cand.height == 0:
         return _NO_PAIRS
     table = _literal_tables(rules) if table is None else table
-    if cand.height > _PAIRS_ROWS:
-        return pl.concat([_pairs(cand.slice(i, _PAIRS_ROWS), rules, table)
-                          for i in range(0, cand.height, _PAIRS_ROWS)])
+    parts = [_pairs_of(cand.slice(i, _PAIRS_ROWS), i, rules, table) for i in range(0, cand.height, _PAIRS_ROWS)]
+    return pl.concat(parts) if len(parts) > 1 else parts[0]
+
+
+def _pairs_of(cand: pl.DataFrame, offset: int, rules: RuleSet, table: pl.DataFrame) -> pl.DataFrame:
+    """`_pairs` of a slice of the candidates that starts at position `offset`."""
     msg = pl.col("message")
+    at = (pl.int_range(pl.len(), dtype=pl.UInt32) + pl.lit(offset, dtype=pl.UInt32)).alias(POS)
     cs, ci = rules.literals(False), rules.literals(True)
     hits = []
     if cs:
-        hits.append(cand.select(ROW, msg.str.extract_many(list(cs), overlapping=True).alias("_lit")))
+        hits.append(cand.select(ROW, at, msg.str.extract_many(list(cs), overlapping=True).alias("_lit")))
     if ci:
-        hits.append(cand.select(ROW, msg.str.extract_many(list(ci), overlapping=True, ascii_case_insensitive=True)
+        hits.append(cand.select(ROW, at, msg.str.extract_many(list(ci), overlapping=True, ascii_case_insensitive=True)
                                 .list.eval(pl.element().str.to_lowercase()).alias("_lit")))
     found = pl.concat(hits).explode("_lit").drop_nulls("_lit").unique()
-    return found.join(table, on="_lit").select(ROW, "_kr", "_kc").unique()
+    return found.join(table, on="_lit").select(ROW, POS, "_kr", "_kc").unique()
 
 
-_NO_PAIRS = pl.DataFrame(schema={ROW: pl.UInt32, "_kr": pl.Int32, "_kc": pl.Int32})
+_NO_PAIRS = pl.DataFrame(schema={ROW: pl.UInt32, POS: pl.UInt32, "_kr": pl.Int32, "_kc": pl.Int32})
 
 
 def _keys(pairs: pl.DataFrame) -> dict[_Key, pl.Series]:
-    """For each (rule, context) key, its candidate row ids."""
+    """For each (rule, context) key, the positions of its candidates (POS), in ROW order."""
     ordered = pairs.sort("_kr", "_kc", ROW)
     runs = ordered.select(pl.struct("_kr", "_kc").rle()).unnest("_kr").unnest("value")  # len, _kr, _kc per run
-    rows = ordered.get_column(ROW)
+    at = ordered.get_column(POS)
     out: dict[_Key, pl.Series] = {}
-    at = 0
+    start = 0
     for n, kr, kc in runs.iter_rows():   # slices of one sorted column: no frame per group
-        out[_Key(kr, kc)] = rows.slice(at, n)
-        at += n
+        out[_Key(kr, kc)] = at.slice(start, n)
+        start += n
     return out
 
 
@@ -580,18 +586,19 @@ class _Found:
     line_end: int
 
 
-def _at(cand: pl.DataFrame, rows: pl.Series) -> pl.DataFrame:
-    """The rows of `cand` (sorted by ROW, as every candidate frame is) with these ROW ids, in their order: a
-    binary search and a gather, cheaper than a filter or a join over all the candidates for each rule."""
-    return cand[cand.get_column(ROW).search_sorted(rows, side="left")]
+def _positions(cand: pl.DataFrame, rows: pl.Series) -> pl.Series:
+    """The positions in `cand` (sorted by ROW, as every candidate frame is) of these ROW ids: a binary search,
+    cheaper than a filter or a join over all the candidates."""
+    return cand.get_column(ROW).search_sorted(rows, side="left")
 
 
-def _rule_matches(rule: Rule, key_rows: pl.Series | None, cand: pl.DataFrame,
+def _rule_matches(rule: Rule, at: pl.Series | None, cand: pl.DataFrame,
                   budget: RegexBudget) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(candidate records of the rule that pass applies/exclude, their matches)."""
-    if key_rows is None or key_rows.len() == 0:
+    """(candidate records of the rule that pass applies/exclude, their matches), from its candidates' positions
+    in `cand` (`_keys`)."""
+    if at is None or at.len() == 0:
         return cand.clear(), pl.DataFrame()
-    sub = _at(cand, key_rows)
+    sub = cand[at]
     ap = applies_expr(rule)
     if ap is not None:
         sub = sub.filter(ap)
@@ -608,7 +615,7 @@ _EVENT_OWN_COLS = ("unit", "pid", "host", "rank")
 def _narrow_all(rules: RuleSet) -> list[str]:
     """The candidate columns the vectorised rules read: the message, the columns their `applies` test, and
     `_EVENT_OWN_COLS`."""
-    return list(dict.fromkeys([ROW, "message", *(col for r in rules.rules for col, _ in r.applies.columns()),
+    return list(dict.fromkeys([ROW, POS, "message", *(col for r in rules.rules for col, _ in r.applies.columns()),
                                *_EVENT_OWN_COLS]))
 
 
@@ -621,8 +628,8 @@ def _context_fields(rule: Rule, anchors: pl.DataFrame, cand: pl.DataFrame, keys:
     lookups are one lazy query each, all collected at once (their eager steps cost 10 queries a context)."""
     queries: list[pl.LazyFrame] = []
     for j, c in enumerate(rule.context):
-        queries.extend(_context_queries(c, anchors, _at(cand, rows) if (rows := keys.get(_Key(rule_index, j)))
-                                        is not None else None))
+        at = keys.get(_Key(rule_index, j))
+        queries.extend(_context_queries(c, anchors, None if at is None else cand[at]))
     got = iter(pl.collect_all(queries))
     for c in rule.context:
         groups = list(c.groups)
@@ -849,7 +856,7 @@ def _vector_plan(rule: Rule) -> _VectorPlan:
         event=(unit.alias("__e_unit"), pid.alias("__e_pid"), pl.col("host").alias("__e_host"),
                pl.col("rank").alias("__e_rank"), pl.lit(rule.id).alias("__e_rule"),
                pl.lit(rule.kind).alias("__e_kind")),
-        out=(ROW, pl.lit(rule.kind).alias("kind"), pl.lit(rule.id).alias("rule"),
+        out=(ROW, POS, pl.lit(rule.kind).alias("kind"), pl.lit(rule.id).alias("rule"),
              pl.lit(rule.severity.value).alias("severity"), pl.lit(rule.role.value).alias("role"),
              pl.col("__e_unit").cast(pl.String).alias("unit"), pl.col("__e_pid").cast(pl.Int64).alias("pid"),
              _title_expr(rule.title, names).alias("title"), fields.alias("fields"),
@@ -862,7 +869,7 @@ def _vector_plan(rule: Rule) -> _VectorPlan:
 
 def _events_vectorised(rule: Rule, sub: pl.DataFrame) -> pl.LazyFrame:
     """The rule's events from its candidate records `sub` (their `_narrow_all` columns) without their record
-    columns: ROW, kind, rule, severity, role, unit, pid, title and fields (`_with_records` adds the rest, for the
+    columns: ROW, POS, kind, rule, severity, role, unit, pid, title and fields (`_with_records` adds the rest, for the
     events of every vectorised rule at once), as one lazy query."""
     p = _vector_plan(rule)
     lf = sub.lazy()
@@ -873,17 +880,17 @@ def _events_vectorised(rule: Rule, sub: pl.DataFrame) -> pl.LazyFrame:
 
 
 def _with_records(parts: list[pl.DataFrame], cand: pl.DataFrame) -> pl.DataFrame:
-    """The rules' events (ROW, the event's own columns, and `__line`/`__end` where its lines are not its
-    record's: a context widened them) -> events (EVENT_SCHEMA) sorted by (path, line, rule): the order is found
-    on the narrow frame, then the record columns (the message, ...) are gathered once, in that order (sorting
-    the whole events doubled a flush's peak memory)."""
+    """The rules' events (ROW, POS: their record's position in `cand`, the event's own columns, and
+    `__line`/`__end` where its lines are not its record's: a context widened them) -> events (EVENT_SCHEMA)
+    sorted by (path, line, rule): the order is found on the narrow frame, then the record columns (the message,
+    ...) are gathered once, in that order (sorting the whole events doubled a flush's peak memory)."""
     df = pl.concat(parts)
-    at = _at(cand.select(ROW, "path", "line", "line_end"), df.get_column(ROW))
+    at = cand.select("path", "line", "line_end")[df.get_column(POS)]
     df = df.with_columns(at.get_column("path"), pl.coalesce(pl.col("__line"), at.get_column("line")).alias("line"),
                          pl.coalesce(pl.col("__end"), at.get_column("line_end")).alias("line_end"))
     df = df.drop("__line", "__end").sort(["path", "line", "rule"], nulls_last=True, maintain_order=True)
     rest = [c for c in _EVENT_RECORD_COLS if c not in df.columns]
-    df = df.hstack(_at(cand.select(ROW, *rest), df.get_column(ROW)).drop(ROW))
+    df = df.hstack(cand.select(*rest)[df.get_column(POS)])
     return df.select(*EVENT_SCHEMA).cast(EVENT_SCHEMA)
 
 
@@ -891,7 +898,8 @@ def _with_records(parts: list[pl.DataFrame], cand: pl.DataFrame) -> pl.DataFrame
 
 def _events_python(rule: Rule, found: dict[int, _Found], cand: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
     rows = sorted(found)
-    recs = _at(cand, pl.Series(rows, dtype=pl.UInt32)).select(ROW, "unit", "pid", "host", "rank")
+    at = _positions(cand, pl.Series(rows, dtype=pl.UInt32))
+    recs = cand.select(ROW, "unit", "pid", "host", "rank")[at]
     info = {r: (u, p, h, k) for r, u, p, h, k in recs.iter_rows()}
     out: dict[str, list[Any]] = {ROW: [], "__unit": [], "__pid": [], "title": [], "fields": [], "__line": [],
                                  "__end": []}
@@ -912,7 +920,7 @@ def _events_python(rule: Rule, found: dict[int, _Found], cand: pl.DataFrame, rul
     df = pl.DataFrame(out, schema={ROW: pl.UInt32, "__unit": pl.String, "__pid": pl.Int64, "title": pl.String,
                                    "fields": pl.String, "__line": pl.Int64, "__end": pl.Int64})
     return df.select(
-        ROW, pl.lit(rule.kind).alias("kind"), pl.lit(rule.id).alias("rule"),
+        ROW, at.alias(POS), pl.lit(rule.kind).alias("kind"), pl.lit(rule.id).alias("rule"),
         pl.lit(rule.severity.value).alias("severity"), pl.lit(rule.role.value).alias("role"),
         pl.col("__unit").alias("unit"), pl.col("__pid").alias("pid"), "title", "fields", "__line", "__end")
 
@@ -1046,7 +1054,7 @@ class Matcher:
             if final:
                 self._reset()
             return empty_events()
-        cand = pl.concat([*held, *self._cand])
+        cand = pl.concat([*held, *self._cand], rechunk=True)
         self._cand, self._kept, self._bytes = [], 0, 0
         pairs = _pairs(cand, self.rules, self._table)
         row = pl.col(ROW)
@@ -1109,13 +1117,13 @@ def _apply_rules(cand: pl.DataFrame, pairs: pl.DataFrame, rules: RuleSet, budget
     narrow: pl.DataFrame | None = None  # the candidates' columns the vectorised rules read
     for i, rule in enumerate(rules.rules):
         if vectorise and vectorisable(rule):
-            rows = keys.get(_Key(i))
-            if rows is not None and rows.len():
+            at = keys.get(_Key(i))
+            if at is not None and at.len():
                 if narrow is None:
-                    narrow = cand.select(_narrow_all(rules))
+                    narrow = cand.with_row_index(POS).select(_narrow_all(rules))
                 # one rule's query at a time: all of a flush's rules in one query held every rule's records and
                 # intermediates at once (4x the rules: 599 MiB, against 466 MiB one by one)
-                partial.append(_events_vectorised(rule, _at(narrow, rows)).collect())
+                partial.append(_events_vectorised(rule, narrow[at]).collect())
             continue
         sub, hits = _rule_matches(rule, keys.get(_Key(i)), cand, budget)
         if hits.height == 0:

@@ -837,6 +837,25 @@ def test_a_single_identifier_or_format_batch_is_prefiltered_for_its_rules_only_a
     assert got_once.equals(match_records(recs, rules))     # `match_records` (rescan, explain) the same way
 
 
+@pytest.mark.parametrize("slice_rows", [1, 7, 64])
+def test_candidates_listed_a_slice_at_a_time_keep_their_positions(
+        rules: RuleSet, slice_rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pair names its candidate's position in the candidate frame (POS), counted across the slices whose
+    literals are listed at a time: every rule then reads its own rows, so the events are those of one slice."""
+    import forensics.match as match
+
+    recs = _example_records(rules)
+    cand = match._frame(recs).filter(pl.int_range(pl.len()) % 3 != 1)   # ROW ids with gaps, as candidates have
+    whole = match._pairs(cand, rules)
+    want = match_records(recs, rules)
+    monkeypatch.setattr(match, "_PAIRS_ROWS", slice_rows)
+    sliced = match._pairs(cand, rules)
+    assert sliced.sort(pl.all()).equals(whole.sort(pl.all()))
+    assert cand.get_column(match.ROW).gather(sliced.get_column(match.POS)).equals(
+        sliced.get_column(match.ROW), check_names=False)
+    assert match_records(recs, rules).equals(want)
+
+
 def _with_the_full_prefilter(recs: pl.DataFrame, rules: RuleSet, monkeypatch: pytest.MonkeyPatch) -> pl.DataFrame:
     """The events of a Matcher whose every batch searches every literal (no single identifier or format)."""
     import forensics.match as match
@@ -1045,8 +1064,10 @@ def test_rules_of_one_id_from_two_packs_keep_their_own_titles(tmp_path: Path) ->
 
 
 def test_keys_list_each_rule_and_context_candidates_sorted() -> None:
-    pairs = pl.DataFrame({"__row": [9, 3, 1, 2, 5, 4], "_kr": [1, 0, 1, 0, 1, 0], "_kc": [-1, -1, -1, 2, -1, -1]},
-                         schema={"__row": pl.UInt32, "_kr": pl.Int32, "_kc": pl.Int32})
+    # a key's candidates are their positions in the candidate frame (POS), in the order of their ROW ids
+    pairs = pl.DataFrame({"__row": [9, 3, 1, 2, 5, 4], "__pos": [8, 2, 0, 1, 4, 3], "_kr": [1, 0, 1, 0, 1, 0],
+                          "_kc": [-1, -1, -1, 2, -1, -1]},
+                         schema={"__row": pl.UInt32, "__pos": pl.UInt32, "_kr": pl.Int32, "_kc": pl.Int32})
     got = {(k.rule, k.ctx): v.to_list() for k, v in match._keys(pairs).items()}
-    assert got == {(0, -1): [3, 4], (0, 2): [2], (1, -1): [1, 5, 9]}
+    assert got == {(0, -1): [2, 3], (0, 2): [1], (1, -1): [0, 4, 8]}
     assert match._keys(pairs.clear()) == {}
