@@ -155,6 +155,7 @@ KINDS: dict[str, Role] = {
     "model_unsupported": Role.CAUSE,       # `... has model type `x` but Transformers does not recognize this architecture`
     "exec_failed": Role.CAUSE,             # systemd: `x.service: Failed at step EXEC spawning /path: No such file or directory`
     "cuda_graph_capture_failed": Role.CAUSE,  # SGLang: `Exception: Capture cuda graph failed: CUDA out of memory. ...`
+    "triton_out_of_resources": Role.CAUSE,  # Triton: `OutOfResources: out of resource: shared memory, Required: ...`
     "worker_failed": Role.SYMPTOM,         # torchrun: `failed (exitcode: -9) local_rank: 0 (pid: 4821) of binary: ...`
 }
 

@@ -58,6 +58,7 @@ KIND_LABELS: dict[str, str] = {
     "model_unsupported": "model not supported by the installed release",
     "exec_failed": "unit's program could not be started by systemd",
     "cuda_graph_capture_failed": "SGLang CUDA graph capture failure",
+    "triton_out_of_resources": "Triton kernel too large for the GPU's shared memory",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
     "child_failed": "SGLang child process failure",
