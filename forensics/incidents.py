@@ -474,16 +474,24 @@ def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float,
         else:
             merged[r] = _Cluster(c.host, list(c.events))
     out = list(merged.values())
-    # untimed significant events (kernel seconds without an anchor, `systemctl status` lines): with a unit or
-    # pid of a timed incident of the host they join it; the others form undated incidents, per source, of
-    # events within a few hundred lines of each other
+    # untimed significant events (kernel seconds without an anchor, `systemctl status` lines, a job's stderr): bound
+    # by a correlation to the events of a timed incident, or with a unit or pid of one of the host, they join it;
+    # the others form undated incidents, per source, of events within a few hundred lines of each other
+    bound: dict[int, _Cluster] = {}
+    for f in found:
+        homes = sorted({root(where[x]) for x in f.event_ids if x in where})
+        for x in f.event_ids if homes else ():
+            if x not in where:
+                bound.setdefault(x, merged[homes[0]])
     undated: list[_Cluster] = []
     for e in evs:
         if not significant(e, timed=False):
             continue
-        home = next((c for c in out if c.host == e.host and any(
-            ent in ("unit", "pid") and x.entities.get(ent) == v for x in c.events
-            for ent, v in e.entities.items())), None)
+        home = bound.get(e.id)
+        if home is None or home.host != e.host:
+            home = next((c for c in out if c.host == e.host and any(
+                ent in ("unit", "pid") and x.entities.get(ent) == v for x in c.events
+                for ent, v in e.entities.items())), None)
         if home is not None:
             home.events.append(e)
             continue

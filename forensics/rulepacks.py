@@ -156,6 +156,8 @@ KINDS: dict[str, Role] = {
     "exec_failed": Role.CAUSE,             # systemd: `x.service: Failed at step EXEC spawning /path: No such file or directory`
     "cuda_graph_capture_failed": Role.CAUSE,  # SGLang: `Exception: Capture cuda graph failed: CUDA out of memory. ...`
     "triton_out_of_resources": Role.CAUSE,  # Triton: `OutOfResources: out of resource: shared memory, Required: ...`
+    "dataloader_worker_killed": Role.SYMPTOM,  # PyTorch: `DataLoader worker (pid 19597) is killed by signal: Killed.`
+    "shm_exhausted": Role.CAUSE,           # PyTorch: `ERROR: Unexpected bus error encountered in worker. ... (shm).`
     "worker_failed": Role.SYMPTOM,         # torchrun: `failed (exitcode: -9) local_rank: 0 (pid: 4821) of binary: ...`
 }
 

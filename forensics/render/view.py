@@ -59,6 +59,8 @@ KIND_LABELS: dict[str, str] = {
     "exec_failed": "unit's program could not be started by systemd",
     "cuda_graph_capture_failed": "SGLang CUDA graph capture failure",
     "triton_out_of_resources": "Triton kernel too large for the GPU's shared memory",
+    "dataloader_worker_killed": "PyTorch DataLoader worker death",
+    "shm_exhausted": "shared memory (/dev/shm) exhausted",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
     "child_failed": "SGLang child process failure",

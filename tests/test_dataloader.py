@@ -1,0 +1,67 @@
+"""PyTorch DataLoader workers: the main process's `DataLoader worker (pid P) is killed by signal: Killed.` after the
+kernel OOM killer named that pid (confirmed), with no kernel log (suspected), and a worker's bus error when /dev/shm
+is too small (`ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory
+(shm).`). A job's stderr prints the report and its traceback with no time stamp: a correlation that binds them to
+the timed lines puts them in that incident, not in an undated one of their own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers import cli_incidents, cli_ingest
+
+KERNEL = """\
+2025-05-25T09:31:12+00:00 gpu3 kernel: python3 invoked oom-killer: gfp_mask=0x140dca(GFP_HIGHUSER_MOVABLE|__GFP_COMP|__GFP_ZERO), order=0, oom_score_adj=0
+2025-05-25T09:31:12+00:00 gpu3 kernel: oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0-1,global_oom,task_memcg=/system.slice/train.service,task=pt_data_worker,pid=51207,uid=1000
+2025-05-25T09:31:12+00:00 gpu3 kernel: Out of memory: Killed process 51207 (pt_data_worker) total-vm:83886080kB, anon-rss:41943040kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:90000kB oom_score_adj:0
+"""
+TRACE = [
+    "Traceback (most recent call last):",
+    '  File "/opt/train/train.py", line 210, in <module>',
+    "    for batch in loader:",
+    '  File "/opt/venv/lib/python3.11/site-packages/torch/utils/data/_utils/signal_handling.py", line 73, in handler',
+    "    _error_if_any_worker_fails()",
+]
+JOB = "".join(f"2025-05-25T09:31:15+00:00 gpu3 python3[51000]: {line}\n" for line in [
+    *TRACE, "RuntimeError: DataLoader worker (pid 51207) is killed by signal: Killed."]) + """\
+2025-05-25T09:31:17+00:00 gpu3 systemd[1]: train.service: Main process exited, code=exited, status=1/FAILURE
+2025-05-25T09:31:17+00:00 gpu3 systemd[1]: train.service: Failed with result 'exit-code'.
+"""
+STDERR = "\n".join([
+    "2025-05-25 09:31:14,101 INFO epoch 3 step 1200 loss 1.873",
+    "RuntimeError: unable to write to file </torch_9931_3149260800_0>: No space left on device (28)",
+    "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+    *TRACE,
+    "RuntimeError: DataLoader worker (pid 9943) is killed by signal: Bus error. It is possible that dataloader's "
+    "workers are out of shared memory. Please try to raise your shared memory limit.",
+]) + "\n"
+
+
+def test_a_worker_the_kernel_oom_killer_named(tmp_path: Path) -> None:
+    [inc] = cli_incidents(cli_ingest(tmp_path, {"journal.log": KERNEL + JOB}))
+    root = inc["root_cause"]
+    assert (root["rule"], root["confidence"], root["kind"]) == ("dataloader.worker_oom", "confirmed", "oom_kill")
+    assert inc["headline"] == "DataLoader worker (pid 51207) killed by the kernel OOM killer"
+    assert "reported that DataLoader worker killed by signal Killed 3 s later" in root["statement"]
+    assert "held 40.0 GiB of resident anonymous memory" in root["statement"]
+    assert {(s["kind"], s["explained_by"]) for s in inc["symptoms"]} >= {
+        ("dataloader_worker_killed", "dataloader.worker_oom"), ("service_exited", "dataloader.worker_oom")}
+
+
+def test_without_a_kernel_log_the_oom_kill_is_only_suspected(tmp_path: Path) -> None:
+    [inc] = cli_incidents(cli_ingest(tmp_path, {"journal.log": JOB}))
+    root = inc["root_cause"]
+    assert (root["rule"], root["confidence"]) == ("dataloader.worker_killed_unexplained", "possible")
+    assert inc["headline"] == "DataLoader worker (pid 51207) killed by SIGKILL: OOM kill suspected, not confirmed"
+
+
+def test_a_bus_error_in_shared_memory_and_the_untimed_report_in_one_incident(tmp_path: Path) -> None:
+    [inc] = cli_incidents(cli_ingest(tmp_path, {"train.log": STDERR}))
+    root = inc["root_cause"]
+    assert (root["rule"], root["confidence"], root["kind"]) == ("dataloader.shm", "confirmed", "shm_exhausted")
+    assert inc["headline"] == "DataLoader workers out of shared memory: /dev/shm is too small for the batches"
+    # the main process's report and traceback print no time: the correlation binds them to this incident
+    assert {(s["kind"], s["explained_by"]) for s in inc["symptoms"]} == {
+        ("dataloader_worker_killed", "dataloader.shm"), ("python_traceback", "dataloader.shm")}
+    # libshm's ENOSPC is /dev/shm, not a full disk
+    assert "disk_full" not in {e["kind"] for e in inc["events"]}
