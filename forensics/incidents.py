@@ -480,9 +480,10 @@ def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float,
     bound: dict[int, _Cluster] = {}
     for f in found:
         homes = sorted({root(where[x]) for x in f.event_ids if x in where})
-        for x in f.event_ids if homes else ():
-            if x not in where:
-                bound.setdefault(x, merged[homes[0]])
+        if homes:
+            for x in f.event_ids:
+                if x not in where:
+                    bound.setdefault(x, merged[homes[0]])
     undated: list[_Cluster] = []
     for e in evs:
         if not significant(e, timed=False):

@@ -65,3 +65,21 @@ def test_a_bus_error_in_shared_memory_and_the_untimed_report_in_one_incident(tmp
         ("dataloader_worker_killed", "dataloader.shm"), ("python_traceback", "dataloader.shm")}
     # libshm's ENOSPC is /dev/shm, not a full disk
     assert "disk_full" not in {e["kind"] for e in inc["events"]}
+
+
+def test_a_worker_that_exited_is_not_said_to_be_killed() -> None:
+    from click.testing import CliRunner
+
+    from forensics.cli import main
+
+    for line, title in [
+        ("RuntimeError: DataLoader worker (pid 3120) exited unexpectedly with exit code 1. Details are lost due to "
+         "multiprocessing.", "DataLoader worker (pid 3120) exited unexpectedly (exit code 1)"),
+        ("RuntimeError: DataLoader worker (pid(s) 4024, 4025) exited unexpectedly",
+         "DataLoader worker (pid 4024) exited unexpectedly"),
+        ("RuntimeError: DataLoader worker (pid 19597) is killed by signal: Killed.",
+         "DataLoader worker (pid 19597) killed by signal KILL"),
+    ]:
+        r = CliRunner().invoke(main, ["explain", line])
+        assert r.exit_code == 0, r.output
+        assert f"title:  {title}\n" in r.output
