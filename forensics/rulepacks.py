@@ -158,6 +158,7 @@ KINDS: dict[str, Role] = {
     "triton_out_of_resources": Role.CAUSE,  # Triton: `OutOfResources: out of resource: shared memory, Required: ...`
     "dataloader_worker_killed": Role.SYMPTOM,  # PyTorch: `DataLoader worker (pid 19597) is killed by signal: Killed.`
     "shm_exhausted": Role.CAUSE,           # PyTorch: `ERROR: Unexpected bus error encountered in worker. ... (shm).`
+    "fatal_signal": Role.CAUSE,            # Python faulthandler: `Fatal Python error: Segmentation fault` and the stacks
     "worker_failed": Role.SYMPTOM,         # torchrun: `failed (exitcode: -9) local_rank: 0 (pid: 4821) of binary: ...`
 }
 

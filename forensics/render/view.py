@@ -61,6 +61,7 @@ KIND_LABELS: dict[str, str] = {
     "triton_out_of_resources": "Triton kernel too large for the GPU's shared memory",
     "dataloader_worker_killed": "PyTorch DataLoader worker death",
     "shm_exhausted": "shared memory (/dev/shm) exhausted",
+    "fatal_signal": "fatal signal in native code (Python faulthandler)",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
     "child_failed": "SGLang child process failure",
