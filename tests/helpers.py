@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +67,34 @@ rules:
       match: ['2025-05-25T00:00:00+00:00 h app[1]: aaaa']
       near_miss: ['2025-05-25T00:00:00+00:00 h app[1]: bbbb']
 """
+
+
+def sglang_capture_failed(args: str, inner: str, error: str, *, frames: Sequence[str] = (),
+                          times: tuple[str, str, str, str] = ("20:10:11", "20:11:08", "20:11:40", "20:11:41"),
+                          day: str = "2025-05-25") -> str:
+    """An SGLang log whose CUDA graph capture fails at start-up, as SGLang logs it (`cuda_graph_runner.py`): the
+    launch arguments (`args`, inside `ServerArgs(...)`), the capture's start, then the scheduler's traceback of the
+    inner exception (`frames` below the runner's own, `inner` its last line), the capture's `Exception: Capture
+    cuda graph failed: {error}` with SGLang's advice, and the launcher's SIGQUIT (`times`: of these four)."""
+    start, begin, at, quit_at = times
+    return "\n".join([
+        f"[{day} {start}] server_args=ServerArgs({args})",
+        f"[{day} {begin} TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=3.13 GB",
+        f"[{day} {at} TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/opt/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 380, in __init__',
+        "    self.capture()",
+        *frames,
+        inner,
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "/opt/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 382, in __init__',
+        "    raise Exception(",
+        f"Exception: Capture cuda graph failed: {error}",
+        "Possible solutions:",
+        "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
+        "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)",
+        "",
+        f"[{day} {quit_at}] Received sigquit from a child process. It usually means the child failed.",
+    ]) + "\n"

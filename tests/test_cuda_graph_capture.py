@@ -7,30 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import cli_incidents, cli_ingest
+from helpers import cli_incidents, cli_ingest, sglang_capture_failed
 
 OOM = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.06 GiB is "
        "free. Including non-PyTorch memory, this process has 78.04 GiB memory in use.")
-LOG = f"""\
-[2025-05-25 20:10:11] server_args=ServerArgs(model_path='/models/Qwen3-32B', tp_size=1, mem_fraction_static=0.92, cuda_graph_max_bs=160, port=30000)
-[2025-05-25 20:11:08 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=3.13 GB
-[2025-05-25 20:11:40 TP0] Scheduler hit an exception: Traceback (most recent call last):
-  File "/opt/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 380, in __init__
-    self.capture()
-torch.OutOfMemoryError: {OOM}
-
-During handling of the above exception, another exception occurred:
-
-Traceback (most recent call last):
-  File "/opt/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 382, in __init__
-    raise Exception(
-Exception: Capture cuda graph failed: {OOM}
-Possible solutions:
-1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)
-2. set --cuda-graph-max-bs to a smaller value (e.g., 16)
-
-[2025-05-25 20:11:41] Received sigquit from a child process. It usually means the child failed.
-"""
+LOG = sglang_capture_failed("model_path='/models/Qwen3-32B', tp_size=1, mem_fraction_static=0.92, "
+                            "cuda_graph_max_bs=160, port=30000", f"torch.OutOfMemoryError: {OOM}", OOM)
 
 
 def test_an_oom_while_capturing_cuda_graphs(tmp_path: Path) -> None:

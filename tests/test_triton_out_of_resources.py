@@ -7,34 +7,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import cli_incidents, cli_ingest
+from helpers import cli_incidents, cli_ingest, sglang_capture_failed
 
 OOR = ("out of resource: shared memory, Required: 147456, Hardware limit: 101376. Reducing block sizes or `num_stages` "
        "may help.")
-CAPTURE = f"""\
-[2025-05-25 09:40:01] server_args=ServerArgs(model_path='/models/Qwen3-30B-A3B', tp_size=1, mem_fraction_static=0.85, cuda_graph_max_bs=48, port=30000)
-[2025-05-25 09:41:02 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=4.13 GB
-[2025-05-25 09:41:12 TP0] Scheduler hit an exception: Traceback (most recent call last):
-  File "/opt/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 380, in __init__
-    self.capture()
-  File "/opt/sglang/python/sglang/srt/layers/moe/fused_moe_triton/fused_moe.py", line 1020, in invoke_fused_moe_kernel
-    fused_moe_kernel[grid](
-  File "/usr/local/lib/python3.12/dist-packages/triton/compiler/compiler.py", line 483, in _init_handles
-    raise OutOfResources(self.metadata.shared, max_shared, "shared memory")
-triton.runtime.errors.OutOfResources: {OOR}
-
-During handling of the above exception, another exception occurred:
-
-Traceback (most recent call last):
-  File "/opt/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 382, in __init__
-    raise Exception(
-Exception: Capture cuda graph failed: {OOR}
-Possible solutions:
-1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)
-2. set --cuda-graph-max-bs to a smaller value (e.g., 16)
-
-[2025-05-25 09:41:13] Received sigquit from a child process. It usually means the child failed.
-"""
+CAPTURE = sglang_capture_failed(
+    "model_path='/models/Qwen3-30B-A3B', tp_size=1, mem_fraction_static=0.85, cuda_graph_max_bs=48, port=30000",
+    f"triton.runtime.errors.OutOfResources: {OOR}", OOR, times=("09:40:01", "09:41:02", "09:41:12", "09:41:13"),
+    frames=['  File "/opt/sglang/python/sglang/srt/layers/moe/fused_moe_triton/fused_moe.py", line 1020, in '
+            'invoke_fused_moe_kernel',
+            "    fused_moe_kernel[grid](",
+            '  File "/usr/local/lib/python3.12/dist-packages/triton/compiler/compiler.py", line 483, in _init_handles',
+            '    raise OutOfResources(self.metadata.shared, max_shared, "shared memory")'])
 
 VLLM = "".join(f"2025-05-25T09:41:12+00:00 ws1 vllm[5120]: ERROR 05-25 09:41:12 [core.py:586] {line}\n" for line in [
     "EngineCore failed to start.",
