@@ -159,6 +159,7 @@ KINDS: dict[str, Role] = {
     "dataloader_worker_killed": Role.SYMPTOM,  # PyTorch: `DataLoader worker (pid 19597) is killed by signal: Killed.`
     "shm_exhausted": Role.CAUSE,           # PyTorch: `ERROR: Unexpected bus error encountered in worker. ... (shm).`
     "fatal_signal": Role.CAUSE,            # Python faulthandler: `Fatal Python error: Segmentation fault` and the stacks
+    "gpu_recovery_action": Role.CONTEXT,   # NVRM Xid 154: `GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)`
     "worker_failed": Role.SYMPTOM,         # torchrun: `failed (exitcode: -9) local_rank: 0 (pid: 4821) of binary: ...`
 }
 

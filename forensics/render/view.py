@@ -62,6 +62,7 @@ KIND_LABELS: dict[str, str] = {
     "dataloader_worker_killed": "PyTorch DataLoader worker death",
     "shm_exhausted": "shared memory (/dev/shm) exhausted",
     "fatal_signal": "fatal signal in native code (Python faulthandler)",
+    "gpu_recovery_action": "GPU recovery action the driver asks for (Xid 154)",
     "segfault": "segmentation fault",
     "kernel_panic": "kernel panic",
     "child_failed": "SGLang child process failure",
