@@ -83,3 +83,16 @@ def test_a_worker_that_exited_is_not_said_to_be_killed() -> None:
         r = CliRunner().invoke(main, ["explain", line])
         assert r.exit_code == 0, r.output
         assert f"title:  {title}\n" in r.output
+
+
+def test_a_worker_that_exited_on_its_own_error(tmp_path: Path) -> None:
+    job = "".join(f"2025-05-25T09:31:15+00:00 gpu3 python3[51000]: {line}\n" for line in [
+        *TRACE, "RuntimeError: DataLoader worker (pid 3120) exited unexpectedly with exit code 1. Details are lost due "
+        "to multiprocessing. Rerunning with num_workers=0 may give better error trace."]) + \
+        "2025-05-25T09:31:17+00:00 gpu3 systemd[1]: train.service: Main process exited, code=exited, status=1/FAILURE\n"
+    [inc] = cli_incidents(cli_ingest(tmp_path, {"journal.log": job}))
+    root = inc["root_cause"]
+    assert (root["rule"], root["confidence"]) == ("dataloader.worker_exited", "inconclusive")
+    assert inc["headline"] == ("DataLoader worker (pid 3120) exited unexpectedly (exit code 1): its error is not in the "
+                               "logs")
+    assert "Running the same loop with `num_workers=0` raises that error" in root["statement"]
