@@ -494,22 +494,23 @@ def _pairs(cand: pl.DataFrame, rules: RuleSet, table: pl.DataFrame | None = None
         return _NO_PAIRS
     table = _literal_tables(rules) if table is None else table
     parts = [_pairs_of(cand.slice(i, _PAIRS_ROWS), i, rules, table) for i in range(0, cand.height, _PAIRS_ROWS)]
-    return pl.concat(parts) if len(parts) > 1 else parts[0]
+    pairs = pl.concat(parts) if len(parts) > 1 else parts[0]
+    return pairs.select(cand.get_column(ROW).gather(pairs.get_column(POS)).alias(ROW), POS, "_kr", "_kc")
 
 
 def _pairs_of(cand: pl.DataFrame, offset: int, rules: RuleSet, table: pl.DataFrame) -> pl.DataFrame:
-    """`_pairs` of a slice of the candidates that starts at position `offset`."""
+    """(POS, rule, context) of a slice of the candidates that starts at position `offset`."""
     msg = pl.col("message")
     at = (pl.int_range(pl.len(), dtype=pl.UInt32) + pl.lit(offset, dtype=pl.UInt32)).alias(POS)
     cs, ci = rules.literals(False), rules.literals(True)
     hits = []
     if cs:
-        hits.append(cand.select(ROW, at, msg.str.extract_many(list(cs), overlapping=True).alias("_lit")))
+        hits.append(cand.select(at, msg.str.extract_many(list(cs), overlapping=True).alias("_lit")))
     if ci:
-        hits.append(cand.select(ROW, at, msg.str.extract_many(list(ci), overlapping=True, ascii_case_insensitive=True)
+        hits.append(cand.select(at, msg.str.extract_many(list(ci), overlapping=True, ascii_case_insensitive=True)
                                 .list.eval(pl.element().str.to_lowercase()).alias("_lit")))
     found = pl.concat(hits).explode("_lit").drop_nulls("_lit").unique()
-    return found.join(table, on="_lit").select(ROW, POS, "_kr", "_kc").unique()
+    return found.join(table, on="_lit").select(POS, "_kr", "_kc").unique()
 
 
 _NO_PAIRS = pl.DataFrame(schema={ROW: pl.UInt32, POS: pl.UInt32, "_kr": pl.Int32, "_kc": pl.Int32})
