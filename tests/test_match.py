@@ -929,6 +929,40 @@ def test_only_and_the_literals_it_selects(rules: RuleSet) -> None:
     assert "failed" not in rules.literals(False, match._admits("systemd", "journal-short"))
 
 
+def test_the_rules_a_start_line_is_tried_by_follow_from_what_their_patterns_need(rules: RuleSet) -> None:
+    """A scope's start line is tried by `systemd.started` alone (which excludes it): `systemd.started_unit` needs
+    `.service.`, as its pattern does, not any `Started ` (246 k start lines a GiB of the corpus, most of them
+    scopes and user managers, were tried by both). A kubelet PLEG line without its container id is no candidate
+    at all: `kubelet.container_started` needs the id's `Data` (42 k such lines a GiB)."""
+    import forensics.match as match
+
+    scope = "Started docker-33dd037efbfe.scope - libcontainer container 33dd037efbfe."
+    unit = "Started fwupd-refresh.service."
+    described = "Starting logrotate.service - Rotate log files..."
+    pleg = ('"SyncLoop (PLEG): event for pod" pod="monitoring/tokenizer-gg5xx-j7dht" '
+            'event={"ID":"b8a22ee0","Type":"ContainerStarted"}')
+    pleg_id = ('"SyncLoop (PLEG): event for pod" pod="default/nginx" event=&{ID:86c65bdf-b6fa-4d56-ba35-dec83dcf6450 '
+               'Type:ContainerStarted Data:dec6b2f22c29eeae136cdcd16f681c806477b8dcfd311aedbdd3c7e00fd88a7c}')
+    recs = records([{"ident": "systemd", "format": "journal-short", "message": m, "line": i, "line_end": i}
+                    for i, m in enumerate((scope, unit, described), 1)]
+                   + [{"ident": "kubelet", "format": "journal-short", "message": m, "line": i, "line_end": i}
+                      for i, m in enumerate((pleg, pleg_id), 4)])
+    cand, pairs = match._prefilter(match._frame(recs), rules)
+    ids = [r.id for r in rules.rules]
+    tried: dict[int, set[str]] = {}
+    for row, kr, kc in pairs.select(match.ROW, "_kr", "_kc").iter_rows():
+        if kc == -1:
+            tried.setdefault(int(cand.filter(pl.col(match.ROW) == row)["line"][0]), set()).add(ids[kr])
+    assert cand.get_column("line").to_list() == [1, 2, 3, 5]
+    assert tried[1] == {"systemd.started"}
+    assert tried[2] == {"systemd.started", "systemd.started_unit", "systemd.stopped_unit"}
+    assert tried[3] == {"systemd.started"}
+    assert "kubelet.container_started" in tried[5]   # (with `systemd.started`: `ContainerStarted Data:` holds `Started `)
+    events = match_records(recs, rules)
+    assert sorted(zip(events["line"].to_list(), events["rule"].to_list())) == [
+        (2, "systemd.started_unit"), (3, "systemd.started"), (5, "kubelet.container_started")]
+
+
 def _titles_both_ways(tmp_path: Path, kind: str, pattern: str, title: str, lines: list[str]) -> list[str]:
     """The titles one rule (`pattern`, `title`) gives journal lines of `lines` (messages), the same in the
     vectorised path and the Python one."""
