@@ -76,7 +76,7 @@ def test_a_worker_that_exited_is_not_said_to_be_killed() -> None:
         ("RuntimeError: DataLoader worker (pid 3120) exited unexpectedly with exit code 1. Details are lost due to "
          "multiprocessing.", "DataLoader worker (pid 3120) exited unexpectedly (exit code 1)"),
         ("RuntimeError: DataLoader worker (pid(s) 4024, 4025) exited unexpectedly",
-         "DataLoader worker (pid 4024) exited unexpectedly"),
+         "DataLoader worker(s) (pid(s) 4024, 4025) exited unexpectedly"),
         ("RuntimeError: DataLoader worker (pid 19597) is killed by signal: Killed.",
          "DataLoader worker (pid 19597) killed by signal KILL"),
     ]:
@@ -96,3 +96,23 @@ def test_a_worker_that_exited_on_its_own_error(tmp_path: Path) -> None:
     assert inc["headline"] == ("DataLoader worker (pid 3120) exited unexpectedly (exit code 1): its error is not in the "
                                "logs")
     assert "Running the same loop with `num_workers=0` raises that error" in root["statement"]
+
+
+def test_workers_found_dead_while_the_loop_waited_are_not_given_a_cause(tmp_path: Path) -> None:
+    """`_try_get_data`'s `pid(s)` form names the dead workers, not how they ended: an inconclusive reading that
+    names the usual ends (/dev/shm, the OOM killer) and how to tell them, not the exit-code reading (which would
+    say the worker ended on an error of its own) nor a kill."""
+    job = "".join(f"2025-05-25T09:31:15+00:00 gpu3 python3[51000]: {line}\n" for line in [
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 1146, in _try_get_data',
+        "    raise RuntimeError(f'DataLoader worker (pid(s) {pids_str}) exited unexpectedly') from e",
+        "RuntimeError: DataLoader worker (pid(s) 4218, 4220) exited unexpectedly"]) + \
+        "2025-05-25T09:31:17+00:00 gpu3 systemd[1]: train.service: Main process exited, code=exited, status=1/FAILURE\n"
+    [inc] = cli_incidents(cli_ingest(tmp_path, {"journal.log": job}))
+    root = inc["root_cause"]
+    assert (root["rule"], root["confidence"]) == ("dataloader.workers_gone", "inconclusive")
+    assert inc["headline"] == ("DataLoader worker(s) (pid(s) 4218, 4220) found dead while the loop waited for a "
+                               "batch: how they ended is not in the logs")
+    assert "/dev/shm" in root["statement"] and "OOM killer" in root["statement"]
+    assert "raises that error in the main process" not in root["statement"]   # the exit-code reading's
+    assert "does not say how they ended" in root["statement"]
