@@ -116,3 +116,38 @@ def test_workers_found_dead_while_the_loop_waited_are_not_given_a_cause(tmp_path
     assert "/dev/shm" in root["statement"] and "OOM killer" in root["statement"]
     assert "raises that error in the main process" not in root["statement"]   # the exit-code reading's
     assert "does not say how they ended" in root["statement"]
+
+
+GONE = "RuntimeError: DataLoader worker (pid(s) 51207) exited unexpectedly"
+
+
+def test_workers_found_dead_after_the_kernel_oom_killer_named_one(tmp_path: Path) -> None:
+    """The `pid(s)` form alone after an OOM kill of its (first) pid: confirmed, as the worker's own report is."""
+    job = "".join(f"2025-05-25T09:31:15+00:00 gpu3 python3[51000]: {line}\n" for line in [*TRACE, GONE]) + \
+        "2025-05-25T09:31:17+00:00 gpu3 systemd[1]: train.service: Main process exited, code=exited, status=1/FAILURE\n"
+    [inc] = cli_incidents(cli_ingest(tmp_path, {"journal.log": KERNEL + job}))
+    root = inc["root_cause"]
+    assert (root["rule"], root["confidence"], root["kind"]) == ("dataloader.workers_gone_oom", "confirmed", "oom_kill")
+    assert inc["headline"] == "DataLoader worker (pid 51207) killed by the kernel OOM killer"
+    assert "3 s later the main process, waiting for a batch, found its DataLoader worker(s) (pid(s) 51207) dead" \
+        in root["statement"]
+
+
+def test_the_python_side_telling_a_reported_death_again_is_one_death(tmp_path: Path) -> None:
+    """PyTorch raises the `pid(s)` form "from" the worker's own report: both lines in one traceback are one death,
+    read once (not "killed twice", not "how they ended is not in the logs" beside the signal that says it)."""
+    job = "".join(f"2025-05-25T09:31:15+00:00 gpu3 python3[51000]: {line}\n" for line in [
+        *TRACE, "RuntimeError: DataLoader worker (pid 51207) is killed by signal: Killed.", "",
+        "The above exception was the direct cause of the following exception:", "",
+        "Traceback (most recent call last):", GONE]) + \
+        "2025-05-25T09:31:17+00:00 gpu3 systemd[1]: train.service: Main process exited, code=exited, status=1/FAILURE\n"
+    for kernel, rule, headline in [
+            (KERNEL, "dataloader.worker_oom", "DataLoader worker (pid 51207) killed by the kernel OOM killer"),
+            ("", "dataloader.worker_killed_unexplained",
+             "DataLoader worker (pid 51207) killed by SIGKILL: OOM kill suspected, not confirmed")]:
+        (tmp_path / rule).mkdir()
+        [inc] = cli_incidents(cli_ingest(tmp_path / rule, {"journal.log": kernel + job}))
+        assert (inc["root_cause"]["rule"], inc["headline"]) == (rule, headline)
+        # the Python side's report is a symptom that reading explains (the worker's own is its anchor)
+        gone = [s for s in inc["symptoms"] if s["id"].endswith(":dataloader.workers_exited")]
+        assert [s["explained_by"] for s in gone] == [rule]
