@@ -22,11 +22,16 @@ TRACE = [
     '  File "/opt/venv/lib/python3.11/site-packages/torch/utils/data/_utils/signal_handling.py", line 73, in handler',
     "    _error_if_any_worker_fails()",
 ]
-JOB = "".join(f"2025-05-25T09:31:15+00:00 gpu3 python3[51000]: {line}\n" for line in [
-    *TRACE, "RuntimeError: DataLoader worker (pid 51207) is killed by signal: Killed."]) + """\
-2025-05-25T09:31:17+00:00 gpu3 systemd[1]: train.service: Main process exited, code=exited, status=1/FAILURE
-2025-05-25T09:31:17+00:00 gpu3 systemd[1]: train.service: Failed with result 'exit-code'.
-"""
+EXIT = "2025-05-25T09:31:17+00:00 gpu3 systemd[1]: train.service: Main process exited, code=exited, status=1/FAILURE\n"
+
+
+def job(*lines: str) -> str:
+    """A training job's journal: `lines` from its main process (python3[51000]) at 09:31:15, then its unit's exit."""
+    return "".join(f"2025-05-25T09:31:15+00:00 gpu3 python3[51000]: {line}\n" for line in lines) + EXIT
+
+
+JOB = job(*TRACE, "RuntimeError: DataLoader worker (pid 51207) is killed by signal: Killed.") + \
+    "2025-05-25T09:31:17+00:00 gpu3 systemd[1]: train.service: Failed with result 'exit-code'.\n"
 STDERR = "\n".join([
     "2025-05-25 09:31:14,101 INFO epoch 3 step 1200 loss 1.873",
     "RuntimeError: unable to write to file </torch_9931_3149260800_0>: No space left on device (28)",
@@ -86,11 +91,9 @@ def test_a_worker_that_exited_is_not_said_to_be_killed() -> None:
 
 
 def test_a_worker_that_exited_on_its_own_error(tmp_path: Path) -> None:
-    job = "".join(f"2025-05-25T09:31:15+00:00 gpu3 python3[51000]: {line}\n" for line in [
-        *TRACE, "RuntimeError: DataLoader worker (pid 3120) exited unexpectedly with exit code 1. Details are lost due "
-        "to multiprocessing. Rerunning with num_workers=0 may give better error trace."]) + \
-        "2025-05-25T09:31:17+00:00 gpu3 systemd[1]: train.service: Main process exited, code=exited, status=1/FAILURE\n"
-    [inc] = cli_incidents(cli_ingest(tmp_path, {"journal.log": job}))
+    text = job(*TRACE, "RuntimeError: DataLoader worker (pid 3120) exited unexpectedly with exit code 1. Details are "
+               "lost due to multiprocessing. Rerunning with num_workers=0 may give better error trace.")
+    [inc] = cli_incidents(cli_ingest(tmp_path, {"journal.log": text}))
     root = inc["root_cause"]
     assert (root["rule"], root["confidence"]) == ("dataloader.worker_exited", "inconclusive")
     assert inc["headline"] == ("DataLoader worker (pid 3120) exited unexpectedly (exit code 1): its error is not in the "
@@ -102,13 +105,12 @@ def test_workers_found_dead_while_the_loop_waited_are_not_given_a_cause(tmp_path
     """`_try_get_data`'s `pid(s)` form names the dead workers, not how they ended: an inconclusive reading that
     names the usual ends (/dev/shm, the OOM killer) and how to tell them, not the exit-code reading (which would
     say the worker ended on an error of its own) nor a kill."""
-    job = "".join(f"2025-05-25T09:31:15+00:00 gpu3 python3[51000]: {line}\n" for line in [
-        "Traceback (most recent call last):",
-        '  File "/usr/local/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 1146, in _try_get_data',
-        "    raise RuntimeError(f'DataLoader worker (pid(s) {pids_str}) exited unexpectedly') from e",
-        "RuntimeError: DataLoader worker (pid(s) 4218, 4220) exited unexpectedly"]) + \
-        "2025-05-25T09:31:17+00:00 gpu3 systemd[1]: train.service: Main process exited, code=exited, status=1/FAILURE\n"
-    [inc] = cli_incidents(cli_ingest(tmp_path, {"journal.log": job}))
+    text = job("Traceback (most recent call last):",
+               '  File "/usr/local/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 1146, in '
+               "_try_get_data",
+               "    raise RuntimeError(f'DataLoader worker (pid(s) {pids_str}) exited unexpectedly') from e",
+               "RuntimeError: DataLoader worker (pid(s) 4218, 4220) exited unexpectedly")
+    [inc] = cli_incidents(cli_ingest(tmp_path, {"journal.log": text}))
     root = inc["root_cause"]
     assert (root["rule"], root["confidence"]) == ("dataloader.workers_gone", "inconclusive")
     assert inc["headline"] == ("DataLoader worker(s) (pid(s) 4218, 4220) found dead while the loop waited for a "
@@ -123,9 +125,7 @@ GONE = "RuntimeError: DataLoader worker (pid(s) 51207) exited unexpectedly"
 
 def test_workers_found_dead_after_the_kernel_oom_killer_named_one(tmp_path: Path) -> None:
     """The `pid(s)` form alone after an OOM kill of its (first) pid: confirmed, as the worker's own report is."""
-    job = "".join(f"2025-05-25T09:31:15+00:00 gpu3 python3[51000]: {line}\n" for line in [*TRACE, GONE]) + \
-        "2025-05-25T09:31:17+00:00 gpu3 systemd[1]: train.service: Main process exited, code=exited, status=1/FAILURE\n"
-    [inc] = cli_incidents(cli_ingest(tmp_path, {"journal.log": KERNEL + job}))
+    [inc] = cli_incidents(cli_ingest(tmp_path, {"journal.log": KERNEL + job(*TRACE, GONE)}))
     root = inc["root_cause"]
     assert (root["rule"], root["confidence"], root["kind"]) == ("dataloader.workers_gone_oom", "confirmed", "oom_kill")
     assert inc["headline"] == "DataLoader worker (pid 51207) killed by the kernel OOM killer"
@@ -136,17 +136,15 @@ def test_workers_found_dead_after_the_kernel_oom_killer_named_one(tmp_path: Path
 def test_the_python_side_telling_a_reported_death_again_is_one_death(tmp_path: Path) -> None:
     """PyTorch raises the `pid(s)` form "from" the worker's own report: both lines in one traceback are one death,
     read once (not "killed twice", not "how they ended is not in the logs" beside the signal that says it)."""
-    job = "".join(f"2025-05-25T09:31:15+00:00 gpu3 python3[51000]: {line}\n" for line in [
-        *TRACE, "RuntimeError: DataLoader worker (pid 51207) is killed by signal: Killed.", "",
-        "The above exception was the direct cause of the following exception:", "",
-        "Traceback (most recent call last):", GONE]) + \
-        "2025-05-25T09:31:17+00:00 gpu3 systemd[1]: train.service: Main process exited, code=exited, status=1/FAILURE\n"
+    text = job(*TRACE, "RuntimeError: DataLoader worker (pid 51207) is killed by signal: Killed.", "",
+               "The above exception was the direct cause of the following exception:", "",
+               "Traceback (most recent call last):", GONE)
     for kernel, rule, headline in [
             (KERNEL, "dataloader.worker_oom", "DataLoader worker (pid 51207) killed by the kernel OOM killer"),
             ("", "dataloader.worker_killed_unexplained",
              "DataLoader worker (pid 51207) killed by SIGKILL: OOM kill suspected, not confirmed")]:
         (tmp_path / rule).mkdir()
-        [inc] = cli_incidents(cli_ingest(tmp_path / rule, {"journal.log": kernel + job}))
+        [inc] = cli_incidents(cli_ingest(tmp_path / rule, {"journal.log": kernel + text}))
         assert (inc["root_cause"]["rule"], inc["headline"]) == (rule, headline)
         # the Python side's report is a symptom that reading explains (the worker's own is its anchor)
         gone = [s for s in inc["symptoms"] if s["id"].endswith(":dataloader.workers_exited")]
