@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import polars as pl
@@ -47,6 +48,31 @@ def test_feb_29_in_a_common_year_keeps_the_record_without_time(tmp_path: Path) -
     store, _ = ingest_text(tmp_path, "j.log", "Feb 29 12:00:00 h k[1]: impossible\n", year=2025)
     df = records(store)
     assert df.height == 1 and df["ts"][0] is None and df["message"][0] == "impossible"
+
+
+def test_a_provisional_stamp_takes_its_year_as_the_calendar_says() -> None:
+    """`_final_ts` moves provisional-year (2000) stamps to their year by arithmetic: the same instant as Python's
+    calendar gives for every day of the provisional year, in common, leap and century years (a leap day in a
+    common year has no time); and the days to 1 January are `pl.date`'s for every year 1-9999."""
+    from forensics.timefix import INFERRED, _final_ts, _jan1
+
+    days = [datetime(2000, 1, 1) + timedelta(days=d, hours=d % 24, microseconds=d) for d in range(366)]
+    years = [1, 1600, 1900, 1970, 1999, 2000, 2023, 2024, 2025, 2100, 2400, 9999]
+    frame = pl.DataFrame({"ts": [d for _ in years for d in days], "y": [y for y in years for _ in days],
+                          "ts_source": INFERRED}).with_columns(pl.col("ts").dt.replace_time_zone("UTC"))
+    got = frame.select(_final_ts(pl.col("y"), "UTC").alias("ts"))["ts"].to_list()
+    want = []
+    for y in years:
+        for d in days:
+            try:
+                want.append(d.replace(year=y, tzinfo=timezone.utc))
+            except ValueError:   # 29 February of a common year
+                want.append(None)
+    assert sum(w is None for w in want) == 8   # the common years
+    assert [(w, g) for w, g in zip(want, got) if w != g] == []
+    ys = pl.DataFrame({"y": range(1, 10000)}, schema={"y": pl.Int64})
+    jan1 = ys.select(_jan1(pl.col("y")).alias("a"), pl.date(pl.col("y"), 1, 1).cast(pl.Int64).alias("b"))
+    assert jan1.filter(pl.col("a") != pl.col("b")).height == 0 and jan1.height == 9999
 
 
 def test_iso_offsets_with_and_without_colon_are_the_same_instant() -> None:
