@@ -57,7 +57,10 @@ def day_of(specs: Sequence[str]) -> str | None:
 @dataclass(frozen=True)
 class Reach:
     """How far correlations bind: `always`, the kinds loaded at any time (a step that binds them further than
-    LONG_REACH_S, or untimed); `seconds`, the furthest any other step binds from its anchor."""
+    LONG_REACH_S); `seconds`, the furthest any other step binds from its anchor. A step that may bind untimed
+    events (`untimed: true`) binds the timed ones within its window like any other (`correlate.match_at`), and
+    every window holds every untimed event: its window is what counts (a DataLoader reading's `trace` step,
+    60 s, no longer loads every Python traceback of the store for any day)."""
 
     always: frozenset[str]
     seconds: float
@@ -68,11 +71,11 @@ class Reach:
         far = 0.0
         for c in corrs:
             # what a firing binds around its anchor: every step but the anchor's, and what weighs against it
-            binds = [(s.kinds, s.within, s.untimed) for s in c.steps if s.name != c.anchor]
-            binds += [(a.kinds, a.within, False) for a in c.against]
-            for kinds, within, untimed in binds:
+            binds = [(s.kinds, s.within) for s in c.steps if s.name != c.anchor]
+            binds += [(a.kinds, a.within) for a in c.against]
+            for kinds, within in binds:
                 w = within if within is not None else c.window
-                if untimed or w > LONG_REACH_S:
+                if w > LONG_REACH_S:
                     always.update(kinds)
                 else:
                     far = max(far, w)

@@ -115,10 +115,45 @@ def test_what_names_a_day() -> None:
 
 def test_the_reach_of_the_built_in_correlations() -> None:
     r = Reach.of(load_correlations())
-    # the launch configurations are bound up to 30 days from a CUDA OOM, the unanchored OOM kills at any time
-    assert {"server_config", "oom_kill"} <= r.always
+    # the launch configurations are bound up to 30 days from a CUDA OOM
+    assert "server_config" in r.always
     assert r.seconds == 15 * 60
     assert "service_killed" not in r.always and "segfault" not in r.always
+    # steps that may bind untimed events (every window holds those) bind timed ones within their window: a
+    # DataLoader reading's traceback (1 min), an unanchored OOM kill's (2 min)
+    assert "python_traceback" not in r.always and "oom_kill" not in r.always
+
+
+def _dataloader_days(tmp: Path) -> Path:
+    """DataLoader workers killed on three days, their tracebacks timed (one past midnight) and untimed."""
+    tb = "kind: python_traceback, severity: error, fields: {exception: RuntimeError, message: 'DataLoader worker (pid %d) is killed'}"
+    killed = "kind: dataloader_worker_killed, severity: error, fields: {pid: %d, signal: KILL, signal_text: Killed}"
+    lines = ["host: gpu3", "events:",
+             "  - {at: '2025-05-25T09:31:12', kind: oom_kill, path: dmesg.log, severity: critical,"
+             " fields: {pid: 51207, process: w}}",
+             "  - {at: '2025-05-25T09:31:15', path: train.log, %s}" % (killed % 51207),
+             "  - {at: '2025-05-25T09:31:15', path: train.log, %s}" % (tb % 51207),
+             "  - {at: '2025-05-26T23:59:50', path: train.log, %s}" % (killed % 61000),
+             "  - {at: '2025-05-27T00:00:20', path: train.log, %s}" % (tb % 61000),
+             "  - {at: null, path: stderr.txt, ts_source: none, %s}" % (tb % 70000),
+             "  - {at: '2025-05-28T12:00:00', path: train.log, %s}" % (tb % 80000)]
+    p = tmp / "dataloader-days.yaml"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_a_days_dataloader_incidents_from_its_window_are_the_stores(tmp_path: Path) -> None:
+    """Tracebacks are read within a day's window (and every untimed one), not all of them for any day: the
+    incidents are the same, the one whose traceback lies past midnight too."""
+    store = store_from_timeline(tmp_path, _dataloader_days(tmp_path))
+    every = build_incidents(store)
+    days = sorted({(i.start or i.id)[:10] for i in every})
+    assert days == ["2025-05-25", "2025-05-26", "2025-05-28"]
+    late = [i for i in every if (i.start or "")[:10] == "2025-05-26"]
+    assert len(late) == 1 and {e.kind for e in late[0].events} == {"dataloader_worker_killed", "python_traceback"}
+    for day in DAYS:
+        assert _js(find_incidents(store, [day]) if day in days else []) == _js(
+            [i for i in every if (i.start or i.id)[:10] == day]), day
 
 
 def test_window_holds() -> None:
