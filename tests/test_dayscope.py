@@ -126,7 +126,8 @@ def test_the_reach_of_the_built_in_correlations() -> None:
 
 def _dataloader_days(tmp: Path) -> Path:
     """DataLoader workers killed on three days, their tracebacks timed (one past midnight) and untimed."""
-    tb = "kind: python_traceback, severity: error, fields: {exception: RuntimeError, message: 'DataLoader worker (pid %d) is killed'}"
+    tb = ("kind: python_traceback, severity: error,"
+          " fields: {exception: RuntimeError, message: 'DataLoader worker (pid %d) is killed'}")
     killed = "kind: dataloader_worker_killed, severity: error, fields: {pid: %d, signal: KILL, signal_text: Killed}"
     lines = ["host: gpu3", "events:",
              "  - {at: '2025-05-25T09:31:12', kind: oom_kill, path: dmesg.log, severity: critical,"
