@@ -979,7 +979,7 @@ def views(events: pl.DataFrame, enrich: Any = None,
     # distinct one is decoded, enriched and resolved once, and its dicts are shared (no one changes an event's
     # fields or entities in place: a change is a new view with new dicts, `dataclasses.replace`).
     enriched: dict[tuple[str, str | None, str | None], dict[str, Any]] = {}
-    resolved: dict[tuple[tuple[str, str | None, str | None], str | None, str | None, int | None], dict[str, str]] = {}
+    resolved: dict[tuple, dict[str, str]] = {}   # (the fields' key, host, unit, pid) -> entities
     for i, ts, ts_source, kind, rule, severity, role, host, unit, pid, title, raw, message, source_id, path, line, \
             line_end, fmt in zip(seqs, *cols):
         kind = kind or ""

@@ -59,8 +59,8 @@ class Reach:
     """How far correlations bind: `always`, the kinds loaded at any time (a step that binds them further than
     LONG_REACH_S); `seconds`, the furthest any other step binds from its anchor. A step that may bind untimed
     events (`untimed: true`) binds the timed ones within its window like any other (`correlate.match_at`), and
-    every window holds every untimed event: its window is what counts (a DataLoader reading's `trace` step,
-    60 s, no longer loads every Python traceback of the store for any day)."""
+    every window holds every untimed event: its window is what counts (a DataLoader reading's `trace` step binds
+    Python tracebacks within 60 s, so a day reads its own tracebacks, not the store's)."""
 
     always: frozenset[str]
     seconds: float

@@ -41,14 +41,16 @@ class StepOnly:
         for c in corrs:
             a_kinds = set(c.step(c.anchor).kinds)
             slack = c.slack + SLACK_S
-            parts: list[tuple[Iterable[str], float | None, Join | None, bool]] = [
-                (s.kinds, s.within, s.join, s.untimed) for s in c.steps if s.name != c.anchor]
-            parts += [(a.kinds, a.within, a.join, False) for a in c.against]
-            for kinds, within, join, untimed in parts:
+            # a step that may bind untimed events (`untimed: true`) binds the timed ones within its window like
+            # any other (`correlate.match_at`), and untimed events are always read: as `dayscope.Reach` has it
+            parts: list[tuple[Iterable[str], float | None, Join | None]] = [
+                (s.kinds, s.within, s.join) for s in c.steps if s.name != c.anchor]
+            parts += [(a.kinds, a.within, a.join) for a in c.against]
+            for kinds, within, join in parts:
                 j = join if join is not None else c.join
                 w = (within if within is not None else c.window) + slack
                 for k in kinds:
-                    if "host" not in j.same or untimed:
+                    if "host" not in j.same:
                         keep.add(k)
                         continue
                     got = binds.setdefault(k, (set(), 0.0))

@@ -53,6 +53,15 @@ def test_a_kind_a_step_binds_across_hosts_is_read_whole() -> None:
     assert "crash_loop_backoff" in StepOnly.of([local], {"server_start"}).kinds
 
 
+def test_a_kind_an_untimed_step_binds_is_read_near_its_anchors() -> None:
+    """`untimed: true` lets a step bind events with no time too (always read); the timed ones it binds within its
+    window, like any step: a step-only kind all the same, as the day windows have it."""
+    c = {c.id: c for c in load_correlations()}["k8s.probe_kill_refused"]
+    untimed = replace(c, steps=tuple(replace(s, untimed=True) if s.name != c.anchor else s for s in c.steps))
+    assert StepOnly.of([untimed], {"server_start"}).kinds == StepOnly.of([c], {"server_start"}).kinds
+    assert "health_check_failed" in StepOnly.of([untimed], {"server_start"}).kinds
+
+
 def test_only_the_events_near_an_anchor_of_their_host_are_read() -> None:
     so = StepOnly({"health_check_failed": (frozenset({"probe_kill"}), 60.0)})
     s = 1_000_000
