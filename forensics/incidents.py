@@ -786,7 +786,7 @@ class _Builder:
         # which take a while to load, mostly in Python; the store's reading, in polars, runs on the other cores)
         self._explainer_job = _POOL.submit(_Explainer, store.cache_dir) if full else None
         self.kn = knowledge if knowledge is not None else load_knowledge()
-        self.corrs = tuple(correlations if correlations is not None else load_correlations())
+        self.corrs = tuple(correlations if correlations is not None else load_correlations(keep=True))
         self.gap_s = gap_minutes * 60.0
         self.local = host_local(self.corrs)
         only = ((lambda parts: set(hosts) & set(parts)) if hosts is not None else

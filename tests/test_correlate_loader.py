@@ -119,6 +119,49 @@ def test_duplicate_ids_and_layers(tmp_path: Path, fixture_dir: Path) -> None:
     assert c.title == "replaced"
 
 
+def test_kept_correlations_are_read_back_while_their_packs_and_fixtures_stay(
+        tmp_path: Path, fixture_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_correlations(keep=True) keeps what it read in the private cache directory and reads it back, not the
+    packs, until a pack changes; a fixture gone since is reported as a fresh read reports it; a broken file is
+    read past; only the newest few are kept; packs with errors keep nothing."""
+    from forensics import correlate
+
+    private = tmp_path / "private"
+    monkeypatch.setenv("FORENSICS_CACHE_DIR", str(private))
+    d = _write(tmp_path, GOOD)
+    first = load_correlations([d], builtin=False, fixture_dir=fixture_dir, keep=True)
+    assert len(list(private.glob("correlations~*.pickle"))) == 1
+    real = correlate._load_dirs
+    monkeypatch.setattr(correlate, "_load_dirs", lambda *a: pytest.fail("read the packs again"))
+    again = load_correlations([d], builtin=False, fixture_dir=fixture_dir, keep=True)
+    assert again == first and again[0] is not first[0] and again[0].title == "mine"
+    # the kinds the packs may name are part of what they were read with
+    monkeypatch.setattr(correlate, "_load_dirs", real)
+    with pytest.raises(CorrelationError, match="unknown event kind 'oom_kill'"):
+        load_correlations([d], builtin=False, fixture_dir=fixture_dir, keep=True, kinds={"service_killed"})
+    # a changed pack is read anew
+    (d / "c.yaml").write_text(GOOD.replace("title: mine", "title: changed"))
+    (c,) = load_correlations([d], builtin=False, fixture_dir=fixture_dir, keep=True)
+    assert c.title == "changed" and len(list(private.glob("correlations~*.pickle"))) == 2
+    # a fixture gone: the error a fresh read gives, kept or not
+    (fixture_dir / "quiet.yaml").unlink()
+    with pytest.raises(CorrelationError, match="no timeline .*quiet.yaml"):
+        load_correlations([d], builtin=False, fixture_dir=fixture_dir, keep=True)
+    (fixture_dir / "quiet.yaml").write_text("events:\n  - {at: '20:00:00', kind: boot}\n")
+    # a broken file: the packs again
+    for p in private.glob("correlations~*.pickle"):
+        p.write_bytes(b"not a pickle")
+    assert load_correlations([d], builtin=False, fixture_dir=fixture_dir, keep=True) == (c,)
+    # only the newest few are kept
+    for i in range(correlate.CORRELATIONS_KEPT + 2):
+        (private / f"correlations~{i:032x}.pickle").write_bytes(b"x")
+    (d / "c.yaml").write_text(GOOD.replace("title: mine", "title: third"))
+    load_correlations([d], builtin=False, fixture_dir=fixture_dir, keep=True)
+    assert len(list(private.glob("correlations~*.pickle"))) == correlate.CORRELATIONS_KEPT
+    # the built-in packs, kept and read back, are what a fresh read gives
+    assert load_correlations(keep=True) == load_correlations(keep=True) == load_correlations()
+
+
 def test_not_yaml(tmp_path: Path, fixture_dir: Path) -> None:
     d = _write(tmp_path, "pack: x\ncorrelations: [\n")
     with pytest.raises(CorrelationError, match=r"c.yaml:\d+: not valid YAML"):
