@@ -94,9 +94,9 @@ _SECRET_KEY = (r"(?:access[_-]?token|refresh[_-]?token|id[_-]?token|auth[_-]?tok
 _TOKEN_PATTERNS = [re.compile(p) for p in (
     rf"(?i)(?<![A-Za-z0-9])[A-Za-z0-9_]*{_SECRET_KEY}=[\"']?(?P<v>[^\s&\"'<>;,)}}\]]{{4,}})",
     rf"(?i)[\"']{_SECRET_KEY}[\"']\s*:\s*[\"'](?P<v>[^\"'\s]{{4,}})",
-    rf"(?i)(?<![A-Za-z0-9#])(?:api[_-]?key|apikey|access[_-]?token|client[_-]?secret|secret|password|passwd|"
-    rf"private[_-]?key)\s*:\s*[\"']?(?P<v>[^\s\"',;]{{4,}})",
-    rf"(?i)--(?:[a-z0-9]+-)*(?:token|api-key|apikey|secret|password|passwd|key)[ =][\"']?(?P<v>[^\s\"']{{4,}})",
+    r"(?i)(?<![A-Za-z0-9#])(?:api[_-]?key|apikey|access[_-]?token|client[_-]?secret|secret|password|passwd|"
+    r"private[_-]?key)\s*:\s*[\"']?(?P<v>[^\s\"',;]{4,})",
+    r"(?i)--(?:[a-z0-9]+-)*(?:token|api-key|apikey|secret|password|passwd|key)[ =][\"']?(?P<v>[^\s\"']{4,})",
     r"(?i)\b(?:Bearer|Basic|token)\s+(?P<v>[A-Za-z0-9._~+/=-]{8,})",
     r"://[^/\s:@]+:(?P<v>[^/\s@]+)@",
     r"(?P<v>\bhf_[A-Za-z0-9]{16,})",
