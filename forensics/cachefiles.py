@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import pickle
 import stat
 import tempfile
 import uuid
@@ -103,3 +104,24 @@ def private_dir() -> Path | None:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         return None
     return path
+
+
+def read_pickled(path: Path) -> object | None:
+    """What `keep_pickled` pickled at `path` (in a directory only this user may write: `private_dir`), or None:
+    not kept yet, being replaced, or written by another version."""
+    try:
+        with path.open("rb") as f:
+            return pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
+        return None
+
+
+def keep_pickled(obj: object, path: Path, kept: int) -> None:
+    """Pickle `obj` at `path` (`<family>~<key>.pickle`, written atomically); only the newest `kept` generations of
+    its family stay."""
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as f:
+            pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    if write_atomic([(path, write)]):
+        prune(path.parent, path.name.split("~", 1)[0], generation(path), kept)

@@ -45,7 +45,6 @@ import difflib
 import fnmatch
 import hashlib
 import json
-import pickle
 import re
 import string
 import sys
@@ -61,7 +60,7 @@ import polars as pl
 import yaml
 
 from .asides import drop_asides
-from .cachefiles import code_digest, generation, private_dir, prune, write_atomic
+from .cachefiles import code_digest, keep_pickled, private_dir, read_pickled
 from .kubepods import parse as parse_kubepods, scope_id
 from .model import Confidence, Conclusion, Evidence
 from .schema import TimeSource
@@ -812,7 +811,7 @@ def load_correlations(extra_dirs: Sequence[Path | str] = (), *, builtin: bool = 
         return kept
     out = _load_dirs(dirs, known, fixture_dir)
     if path is not None:
-        _keep(out, path)
+        keep_pickled(out, path, CORRELATIONS_KEPT)
     return out
 
 
@@ -868,28 +867,15 @@ def _kept_path(dirs: Sequence[Path], known: set[str], fixture_dir: Path) -> Path
 
 
 def _kept(path: Path, fixture_dir: Path) -> tuple[Correlation, ...] | None:
-    """The correlations kept at `path` (written by `_keep` in a directory only this user may write), or None: not
-    kept yet, written by another version, or a fixture they name is gone (the full read then says which)."""
-    try:
-        with path.open("rb") as f:
-            corrs = pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
-        return None
+    """The correlations kept at `path` (by `load_correlations`), or None: not kept yet, written by another version,
+    or a fixture they name is gone (the full read then says which)."""
+    corrs = read_pickled(path)
     if not isinstance(corrs, tuple) or not all(isinstance(c, Correlation) for c in corrs):
         return None
     named = {f for c in corrs for f in (*c.fixtures.must_fire, *c.fixtures.must_not_fire)}
     if not all((fixture_dir / f).is_file() for f in named):
         return None
     return corrs
-
-
-def _keep(corrs: tuple[Correlation, ...], path: Path) -> None:
-    def write(tmp: Path) -> None:
-        with tmp.open("wb") as f:
-            pickle.dump(corrs, f, protocol=pickle.HIGHEST_PROTOCOL)
-
-    if write_atomic([(path, write)]):
-        prune(path.parent, "correlations", generation(path), CORRELATIONS_KEPT)
 
 
 # ----------------------------------------------------------------------------------------------------------

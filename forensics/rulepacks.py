@@ -54,7 +54,6 @@ import difflib
 import hashlib
 import json
 import os
-import pickle
 import re
 import string
 import sys
@@ -69,7 +68,7 @@ import regex
 import yaml
 
 from .asides import drop_asides, drop_tail
-from .cachefiles import code_digest, generation, private_dir, prune, write_atomic
+from .cachefiles import code_digest, generation, keep_pickled, private_dir, prune, read_pickled, write_atomic
 from .literals import MIN_LITERAL, derive_literals
 from .sizes import SIZE_SPECS, format_value
 from .yamlread import construct
@@ -1109,22 +1108,13 @@ def _set_path(key: tuple) -> Path | None:
 
 
 def _kept_set(path: Path) -> RuleSet | None:
-    """The rule set kept at `path` (written by `_keep_set` in a directory only this user may write), or None."""
-    try:
-        with path.open("rb") as f:
-            rules = pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
-        return None  # not kept yet, being replaced, or written by another version
+    """The rule set kept at `path` (by `_keep_set`), or None."""
+    rules = read_pickled(path)
     return rules if isinstance(rules, RuleSet) else None
 
 
 def _keep_set(rules: RuleSet, path: Path) -> None:
-    def write(tmp: Path) -> None:
-        with tmp.open("wb") as f:
-            pickle.dump(rules, f, protocol=pickle.HIGHEST_PROTOCOL)
-
-    if write_atomic([(path, write)]):
-        prune(path.parent, "ruleset", generation(path), SETS_KEPT)
+    keep_pickled(rules, path, SETS_KEPT)
 
 
 def _layers(extra_dirs: Sequence[Path | str], builtin: bool, env: Mapping[str, str] | None
