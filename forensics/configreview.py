@@ -480,7 +480,13 @@ def enricher(kn: Knowledge) -> Callable[[str, dict[str, Any], str], dict[str, An
                 out.setdefault(snake(fk.flag), "(default)")
         return out
 
+    enrich.message_kinds = MESSAGE_KINDS  # type: ignore[attr-defined]
     return enrich
+
+
+# the kinds whose message `enricher`'s function reads (a launch configuration's flags): for the others, events with
+# the same kind and fields get the same fields whatever their message (`correlate.views` enriches them once)
+MESSAGE_KINDS = frozenset({"server_config"})
 
 
 def _kube_fields(fields: Mapping[str, Any], memcg: bool) -> dict[str, str]:

@@ -1082,7 +1082,7 @@ def load_rules(extra_dirs: Sequence[Path | str] = (), *, builtin: bool = True,
     if rules is None:
         rules = _load_layers(layers, errors)
         if path is not None:
-            _keep_set(rules, path)
+            keep_pickled(rules, path, SETS_KEPT)
     _LOADED.clear()  # one rule set kept: the last one asked for
     _LOADED[key] = rules
     return rules
@@ -1108,13 +1108,9 @@ def _set_path(key: tuple) -> Path | None:
 
 
 def _kept_set(path: Path) -> RuleSet | None:
-    """The rule set kept at `path` (by `_keep_set`), or None."""
+    """The rule set kept at `path` (by `load_rules`), or None."""
     rules = read_pickled(path)
     return rules if isinstance(rules, RuleSet) else None
-
-
-def _keep_set(rules: RuleSet, path: Path) -> None:
-    keep_pickled(rules, path, SETS_KEPT)
 
 
 def _layers(extra_dirs: Sequence[Path | str], builtin: bool, env: Mapping[str, str] | None

@@ -335,7 +335,7 @@ def _final_ts(year: pl.Expr, tz: str) -> pl.Expr:
     march = prov >= pl.lit(datetime(PROVISIONAL_YEAR, 3, 1))
     feb29 = (prov >= pl.lit(datetime(PROVISIONAL_YEAR, 2, 29))) & ~march
     days = shift_days - (~leap & march).cast(pl.Int64)
-    naive = (prov.cast(pl.Int64) + days * _DAY_US).cast(pl.Datetime("us"))
+    naive = (prov.dt.epoch("us") + days * _DAY_US).cast(pl.Datetime("us"))   # in microseconds, whatever the unit
     naive = pl.when(feb29 & ~leap).then(None).otherwise(naive)
     if tz in ("UTC", "Etc/UTC"):
         fixed = naive.dt.replace_time_zone("UTC")

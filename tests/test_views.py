@@ -45,6 +45,19 @@ def test_launch_configurations_with_the_same_fields_keep_their_own_command_lines
     assert [e.fields["port"] for e in evs] == ["30000", "30001"]
 
 
+def test_an_enrich_that_does_not_say_which_messages_it_reads_is_given_each_message() -> None:
+    """Events of one kind and fields are enriched once unless `enrich` may read their message: the built-in one
+    says which kinds it reads it of (`message_kinds`); one that says nothing is given every event's."""
+    def tagged(kind: str, fields: dict, message: str = "") -> dict:
+        return {**fields, "tag": message.split()[0]}
+
+    f = frame(kind=["service_killed"] * 2, fields=['{"signal": "KILL"}'] * 2, message=["one x", "two x"])
+    assert [e.fields["tag"] for e in views(f, tagged)] == ["one", "two"]
+    tagged.message_kinds = frozenset()  # type: ignore[attr-defined]
+    assert [e.fields["tag"] for e in views(f, tagged)] == ["one", "one"]
+    assert enricher(load_knowledge()).message_kinds == frozenset({"server_config"})  # type: ignore[attr-defined]
+
+
 def test_a_gpu_name_is_given_on_its_host_only() -> None:
     raw = '{"arch": "sm_120"}'
     evs = views(frame(kind=["flashinfer_arch_unsupported"] * 2, fields=[raw] * 2, host=["a", "b"]),
