@@ -37,7 +37,7 @@ def register(group: click.Group) -> None:
         SPEC selects incidents by full id, unique id prefix, date (YYYY-MM-DD), or `undated` (those with no
         wall-clock time)."""
         from .configreview import KnowledgeError
-        from .correlate import CorrelationError
+        from .correlation_packs import CorrelationError
         from .rulepacks import RulePackError
         from .cli import existing_store
         from .store import StoreError

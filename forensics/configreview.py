@@ -35,10 +35,13 @@ from typing import Any
 import yaml
 
 from . import kubepods
-from .correlate import EventView, Location, evidence_of, fill, fill_prose, template_names
-from .correlate import _Reader as _NodeReader
+from .correlate import evidence_of
+from .correlation_packs import Location
+from .correlation_packs import _Reader as _NodeReader
+from .eventview import EventView
 from .gpuholders import others_fields
 from .model import Flag, ServerConfig
+from .statements import fill, fill_prose, template_names
 
 # libyaml's safe loader when PyYAML has it (same nodes and marks, several times faster)
 ROOT = Path(__file__).resolve().parent.parent
@@ -485,7 +488,7 @@ def enricher(kn: Knowledge) -> Callable[[str, dict[str, Any], str], dict[str, An
 
 
 # the kinds whose message `enricher`'s function reads (a launch configuration's flags): for the others, events with
-# the same kind and fields get the same fields whatever their message (`correlate.views` enriches them once)
+# the same kind and fields get the same fields whatever their message (`eventview.views` enriches them once)
 MESSAGE_KINDS = frozenset({"server_config"})
 
 

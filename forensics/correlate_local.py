@@ -27,19 +27,10 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from .correlate import (
-    Correlation,
-    Coverage,
-    EventView,
-    Join,
-    Match,
-    Step,
-    Timeline,
-    find_matches,
-    kernel_window,
-    match_at,
-    untimed_ok,
-)
+from .correlate import Match, Timeline, find_matches, kernel_window, match_at, untimed_ok
+from .correlation_packs import Correlation, Join, Step
+from .coverage import Coverage
+from .eventview import EventView
 
 
 def independent(c: Correlation) -> bool:

@@ -25,7 +25,9 @@ from pathlib import Path
 import polars as pl
 
 from .cachefiles import code_digest, generation, prune, stamps, write_atomic
-from .correlate import SERVER_UNIT, SYSTEMD_KINDS, UNKNOWN_HOST, Correlation, EventView, views
+from .correlate import SERVER_UNIT
+from .correlation_packs import Correlation
+from .eventview import SYSTEMD_KINDS, UNKNOWN_HOST, EventView, views
 from .schema import EVENT_SCHEMA
 
 DUP_SECONDS = 2.0                      # the same line in two sources: this close in time

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 
 import polars as pl
 
-from .correlate import Correlation
+from .correlation_packs import Correlation
 from .correlate_store import us
 
 _DAY = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:$|-)")

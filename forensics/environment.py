@@ -18,7 +18,7 @@ import polars as pl
 
 from . import profile
 from .configreview import Hardware, Knowledge, normalize_sm
-from .correlate import EventView
+from .eventview import EventView
 
 # (key, pattern, how to print the match); the first group is the value
 PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (

@@ -26,7 +26,8 @@ from typing import Any
 
 import polars as pl
 
-from .correlate import EventView, human_seconds, unit_of_cgroup
+from .correlate import human_seconds
+from .eventview import EventView, unit_of_cgroup
 from .match import cast_bytes
 from .sizes import human_size
 

@@ -36,28 +36,24 @@ from . import profile
 from .configreview import Knowledge, enricher, flags_of, load_knowledge, review_configs
 from .cutlines import read_note as read_cut_note
 from .correlate import (
-    KERNEL_KINDS,
-    UNKNOWN_HOST,
-    Correlation,
-    Coverage,
-    EventView,
     Finding,
-    SourceSpan,
     Timeline,
     correlate_views,
     evidence_of,
-    Filler,
     fmt_when,
     human_seconds,
     is_container_scope,
     is_sglang_sign,
     iso,
     kernel_window,
-    load_correlations,
     resolve,
     server_exit,
     with_runs,
 )
+from .correlation_packs import Correlation, load_correlations
+from .coverage import Coverage, SourceSpan
+from .eventview import KERNEL_KINDS, UNKNOWN_HOST, EventView
+from .statements import Filler
 from .correlate_store import (
     DUP_SECONDS,  # noqa: F401 - re-exported (incidents.DUP_SECONDS)
     EventSource,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from .correlate import Correlation, Join
+from .correlation_packs import Correlation, Join
 
 SLACK_S = 1.0   # added to each window: a superset only makes more events read, never fewer
 

@@ -23,7 +23,8 @@ from typing import Any
 import polars as pl
 
 from .configreview import flags_of
-from .correlate import UNKNOWN_HOST, is_server_unit, iso
+from .correlate import is_server_unit, iso
+from .eventview import UNKNOWN_HOST
 from .model import Evidence, Gap, Incident, Node, NodeGroup
 from .schema import empty_events
 from .store import scan_files

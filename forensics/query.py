@@ -70,7 +70,7 @@ def name_columns(store: Store, events: bool = False) -> tuple[pl.Expr, pl.Expr]:
     if not fills.journal and not fills.file:
         return hosts, pl.col("unit")
     if events:
-        from .correlate import KERNEL_KINDS
+        from .eventview import KERNEL_KINDS
 
         return hosts, fills.filled(pl.col("unit").is_null() & ~pl.col("kind").is_in(sorted(KERNEL_KINDS)))
     return hosts, fills.filled(pl.col("unit").is_null() & (log_class() == "service"))

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from forensics.correlate import Correlation, check_fixture, fired, load_correlations, load_timeline
+from forensics.correlation_packs import Correlation, load_correlations
+from forensics.timeline_fixtures import check_fixture, fired, load_timeline
 from forensics.configreview import load_knowledge
 
 TIMELINES = Path(__file__).parent / "fixtures" / "timelines"

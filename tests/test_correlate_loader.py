@@ -7,13 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from forensics.correlate import (
-    BUILTIN_DIR,
-    CorrelationError,
-    load_correlations,
-    load_timeline,
-    parse_duration,
-)
+from forensics.correlation_packs import BUILTIN_DIR, CorrelationError, load_correlations, parse_duration
+from forensics.timeline_fixtures import load_timeline
 
 GOOD = """\
 pack: mine
@@ -124,19 +119,19 @@ def test_kept_correlations_are_read_back_while_their_packs_and_fixtures_stay(
     """load_correlations(keep=True) keeps what it read in the private cache directory and reads it back, not the
     packs, until a pack changes; a fixture gone since is reported as a fresh read reports it; a broken file is
     read past; only the newest few are kept; packs with errors keep nothing."""
-    from forensics import correlate
+    from forensics import correlation_packs
 
     private = tmp_path / "private"
     monkeypatch.setenv("FORENSICS_CACHE_DIR", str(private))
     d = _write(tmp_path, GOOD)
     first = load_correlations([d], builtin=False, fixture_dir=fixture_dir, keep=True)
     assert len(list(private.glob("correlations~*.pickle"))) == 1
-    real = correlate._load_dirs
-    monkeypatch.setattr(correlate, "_load_dirs", lambda *a: pytest.fail("read the packs again"))
+    real = correlation_packs._load_dirs
+    monkeypatch.setattr(correlation_packs, "_load_dirs", lambda *a: pytest.fail("read the packs again"))
     again = load_correlations([d], builtin=False, fixture_dir=fixture_dir, keep=True)
     assert again == first and again[0] is not first[0] and again[0].title == "mine"
     # the kinds the packs may name are part of what they were read with
-    monkeypatch.setattr(correlate, "_load_dirs", real)
+    monkeypatch.setattr(correlation_packs, "_load_dirs", real)
     with pytest.raises(CorrelationError, match="unknown event kind 'oom_kill'"):
         load_correlations([d], builtin=False, fixture_dir=fixture_dir, keep=True, kinds={"service_killed"})
     # a changed pack is read anew
@@ -153,11 +148,11 @@ def test_kept_correlations_are_read_back_while_their_packs_and_fixtures_stay(
         p.write_bytes(b"not a pickle")
     assert load_correlations([d], builtin=False, fixture_dir=fixture_dir, keep=True) == (c,)
     # only the newest few are kept
-    for i in range(correlate.CORRELATIONS_KEPT + 2):
+    for i in range(correlation_packs.CORRELATIONS_KEPT + 2):
         (private / f"correlations~{i:032x}.pickle").write_bytes(b"x")
     (d / "c.yaml").write_text(GOOD.replace("title: mine", "title: third"))
     load_correlations([d], builtin=False, fixture_dir=fixture_dir, keep=True)
-    assert len(list(private.glob("correlations~*.pickle"))) == correlate.CORRELATIONS_KEPT
+    assert len(list(private.glob("correlations~*.pickle"))) == correlation_packs.CORRELATIONS_KEPT
     # the built-in packs, kept and read back, are what a fresh read gives
     assert load_correlations(keep=True) == load_correlations(keep=True) == load_correlations()
 
@@ -200,7 +195,8 @@ def test_bad_durations(text: object) -> None:
 
 
 def test_a_where_value_with_a_star_is_a_pattern_of_any_case(tmp_path: Path, fixture_dir: Path) -> None:
-    from forensics.correlate import _where_ok, views
+    from forensics.correlate import _where_ok
+    from forensics.eventview import views
     import polars as pl
     d = _write(tmp_path, GOOD.replace("where: {signal: KILL}", "where: {signal: KILL, unit: ['*sglang*', a.service]}"))
     (c,) = load_correlations([d], builtin=False, fixture_dir=fixture_dir)
@@ -232,7 +228,8 @@ def test_exclusive_names_steps_other_than_the_anchor(tmp_path: Path, fixture_dir
 
 
 def test_agree_joins_entities_equal_where_both_are_known(tmp_path: Path, fixture_dir: Path) -> None:
-    from forensics.correlate import Join, joined
+    from forensics.correlate import joined
+    from forensics.correlation_packs import Join
     from types import SimpleNamespace as NS
     good = GOOD.replace("    steps:\n", "    join: {same: [host], agree: [pid]}\n    steps:\n")
     (c,) = load_correlations([_write(tmp_path, good)], builtin=False, fixture_dir=fixture_dir)

@@ -11,21 +11,11 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forensics.correlate import (
-    Correlation,
-    Coverage,
-    Filler,
-    CoverageReport,
-    Join,
-    Location,
-    Step,
-    Timeline,
-    correlate_views,
-    fill,
-    fill_prose,
-    match_at,
-    views,
-)
+from forensics.correlate import Timeline, correlate_views, match_at
+from forensics.correlation_packs import Correlation, Join, Location, Step
+from forensics.coverage import Coverage, CoverageReport
+from forensics.eventview import views
+from forensics.statements import Filler, fill, fill_prose
 from forensics.model import Confidence
 from forensics.schema import EVENT_SCHEMA
 

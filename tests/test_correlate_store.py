@@ -12,19 +12,10 @@ from datetime import datetime, timedelta, timezone
 import polars as pl
 import pytest
 
-from forensics.correlate import (
-    SYSTEMD_KINDS,
-    Coverage,
-    CoverageReport,
-    EventView,
-    SourceSpan,
-    Timeline,
-    correlate_views,
-    entities_of,
-    find_matches,
-    load_correlations,
-    resolve,
-)
+from forensics.correlate import Timeline, correlate_views, find_matches, resolve
+from forensics.correlation_packs import load_correlations
+from forensics.coverage import Coverage, CoverageReport, SourceSpan
+from forensics.eventview import SYSTEMD_KINDS, EventView, entities_of
 from forensics.correlate_local import LocalMatcher, independent
 from forensics.correlate_store import (
     _DUP_US,
@@ -99,7 +90,7 @@ def _ref_fold(evs: list[EventView]) -> tuple[list[EventView], dict[str, tuple[Ev
 
 def _ref_report(spans: list[SourceSpan], host: str | None, unit: str | None, at: datetime, since: datetime,
                 until: datetime) -> CoverageReport:
-    from forensics.correlate import _hms, _log_words
+    from forensics.coverage import _log_words, hms as _hms
 
     spans = sorted(spans, key=lambda s: (s.path, s.host or "", s.log, s.unit or ""))
     spans = [s for s in spans if s.host == host or s.host is None]

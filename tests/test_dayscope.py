@@ -13,7 +13,7 @@ from test_incidents import store_from_timeline
 
 import forensics.dayscope as dayscope
 import forensics.incidents as incidents
-from forensics.correlate import load_correlations
+from forensics.correlation_packs import load_correlations
 from forensics.dayscope import Reach, Span, Window, day_of
 from forensics.incidents import IncidentNotFound, build_incidents, find_incidents, incident_json, select_incidents
 

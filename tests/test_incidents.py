@@ -11,7 +11,8 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from forensics.correlate import KERNEL_KINDS, SYSTEMD_KINDS, load_timeline
+from forensics.eventview import KERNEL_KINDS, SYSTEMD_KINDS
+from forensics.timeline_fixtures import load_timeline
 from forensics.incidents import IncidentNotFound, build_incidents, incident_json, select_incidents
 from forensics.model import Confidence
 from forensics.schema import EVENT_SCHEMA, RECORD_SCHEMA

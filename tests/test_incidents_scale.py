@@ -15,8 +15,8 @@ from pathlib import Path
 
 import polars as pl
 
-import forensics.correlate as correlate
-from forensics.correlate import load_timeline
+import forensics.eventview as eventview
+from forensics.timeline_fixtures import load_timeline
 from forensics.incidents import build_incidents, find_incidents, incident_json
 from forensics.schema import EVENT_SCHEMA, RECORD_SCHEMA
 from forensics.store import SourceEntry, Store, write_parquet
@@ -56,8 +56,8 @@ def _context() -> pl.DataFrame:
 def _add(store: Store, name: str, ev: pl.DataFrame) -> None:
     sid = hashlib.sha256(name.encode()).hexdigest()[:16]
     ev = ev.with_columns(pl.lit(sid).alias("source_id"))
-    ident = pl.when(pl.col("kind").is_in(list(correlate.KERNEL_KINDS))).then(pl.lit("kernel")) \
-        .when(pl.col("kind").is_in(list(correlate.SYSTEMD_KINDS))).then(pl.lit("systemd")).otherwise(pl.lit("python3"))
+    ident = pl.when(pl.col("kind").is_in(list(eventview.KERNEL_KINDS))).then(pl.lit("kernel")) \
+        .when(pl.col("kind").is_in(list(eventview.SYSTEMD_KINDS))).then(pl.lit("systemd")).otherwise(pl.lit("python3"))
     recs = ev.with_columns(ident.alias("ident"), pl.col("ts").cast(pl.String).alias("ts_text"))
     staging = store.staging()
     write_parquet(recs, staging / "r.parquet", RECORD_SCHEMA)
@@ -85,7 +85,7 @@ def _stores(tmp: Path) -> tuple[Store, Store]:
 def test_200k_context_events_around_the_seed_incident(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     small, big = _stores(tmp_path)
     made = [0]
-    views = correlate.views
+    views = eventview.views
 
     def counting(events, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
         out = views(events, *a, **k)

@@ -14,7 +14,7 @@ from test_kubernetes import LOADING, SGLANG, UID
 
 import forensics.incidents as incidents
 from forensics.cli import main
-from forensics.correlate import Join, load_correlations
+from forensics.correlation_packs import Join, load_correlations
 from forensics.correlate_store import EventSource
 from forensics.dayscope import Reach
 from forensics.incidents import ARCH_KINDS, CONTEXT_KINDS, find_incidents, incident_json

@@ -1,4 +1,4 @@
-"""Events made into views (`correlate.views`): a crash loop's repeated events are decoded, enriched and resolved
+"""Events made into views (`eventview.views`): a crash loop's repeated events are decoded, enriched and resolved
 once, and what differs between them (host, unit, pid, a launch configuration's command line) still tells them
 apart. Views stay frozen."""
 
@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from forensics.configreview import enricher, load_knowledge
-from forensics.correlate import EventView, views
+from forensics.eventview import EventView, views
 
 
 def frame(**cols: list) -> pl.DataFrame:

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from forensics.configreview import is_dump
-from forensics.correlate import STANDARD_NAMES, is_container_scope, unit_label
+from forensics.correlate import is_container_scope, unit_label
+from forensics.correlation_packs import STANDARD_NAMES
 from forensics.model import (Background, Conclusion, Event, Evidence, Incident, Repeat, is_request_traceback,
                              line_span)
 from forensics.render.data import Excerpt, ExcerptLine, ReportData
