@@ -145,7 +145,8 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], fmt: str | None, host: st
            tz: str, boot_time: str | None, force: bool, rules_dirs: tuple[str, ...], no_rules: bool,
            quiet: bool) -> None:
     """Read log files (globs, directories, .gz/.bz2/.xz/.zst, `-` for stdin) into the store."""
-    from .pipeline import READ_OPTIONS, IngestOptions, ingest as run
+    from .ingestoptions import READ_OPTIONS
+    from .pipeline import IngestOptions, ingest as run
 
     zone(tz)
     opts = IngestOptions(fmt=fmt, host=host, year=year, tz=tz, boot_time=parse_when(boot_time, tz, "--boot-time"),

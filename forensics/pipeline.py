@@ -9,6 +9,9 @@
     The heavy phases of all sources (parse, staging, flush, streaming write, profile) share one slot per worker
     (`HEAVY`): memory holds at most that many phases' transient buffers, whatever the input size. The prefilter,
     which holds no such buffer, runs outside them.
+
+What an ingest is asked (`IngestOptions`) is in `ingestoptions`; a source's files made final (events retimed, the
+summary, a rewrite with moved times) in `landed`; the times fixed across landed sources in `crosstimes`.
 """
 
 from __future__ import annotations
@@ -28,112 +31,28 @@ from pathlib import Path
 
 import polars as pl
 
-from . import __version__, journalfile, profile
+from . import __version__, journalfile
 from .ansi import strip_lines, strip_series
 from .cutlines import cut as cut_lines, cut_lengths, merge as merge_cut, note as cut_note
 from .podprefix import Pods, strip_series as pod_lines
 from .vllmprefix import Repeats
-from .anchor import BootAnchor, apply_anchor, boot_time_anchor, find_anchors
+from .anchor import BootAnchor, apply_anchor, boot_time_anchor
 from .boothosts import BootHosts
+from .crosstimes import ZoneResult, anchor_kernel_clocks, anchored_note, infer_zones
 from .detect import Detection, detect
 from .formats import FORMATS, StructuredFormat
+from .ingestoptions import IngestOptions, changed_options, describe_change, read_with, reading_options
+from .landed import REWRITE_TRIES, final_events, out_of_range_note, records_summary, warm_profile
 from .normalise import normalise_batch, open_block
 from .timeparse import MONTHS
 from .timefix import EXTRA, SourceClock, YearAnchor
-from .zonefix import (KERNEL, MARK as ZONE_MARK, ZoneFinding, disagreement, find_offset, inferred_zone, keyed,
-                      key_step, sampled, source_key, unique_pairs, zone_note)
 from .parse import ParseContext, parse_lines, parse_structured, resolve
 from .regexbudget import RegexBudget, RuleTimeout
 from .slots import WorkSlots
-from .schema import EVENT_SCHEMA, OUT_OF_RANGE, RECORD_SCHEMA, YEAR_OWN, TimeSource, empty_events, empty_records
+from .schema import EVENT_SCHEMA, RECORD_SCHEMA, YEAR_OWN, TimeSource, empty_events, empty_records
 from .sources import JOURNAL, MAX_LINE, ReadStats, Source, SourceError, expand, head_bytes, read_batches
 from .sourcefile import remember
 from .store import SourceEntry, Store, StoreError, plain_name, sink_parquet, write_parquet
-
-
-@dataclass(frozen=True)
-class IngestOptions:
-    fmt: str | None = None
-    host: str | None = None
-    year: int | None = None
-    tz: str = "UTC"
-    boot_time: datetime | None = None
-    force: bool = False
-    rules_dirs: tuple[str, ...] = ()
-    match: bool = True                 # False: store records only (`forensics rescan` extracts events later)
-    # the read options (`read_with`'s keys) given on the command line; None: those that differ from the defaults
-    given: tuple[str, ...] | None = None
-
-
-def read_with(opts: IngestOptions) -> dict[str, str | int | None]:
-    """The options that change how a source's lines are read, as its manifest entry keeps them (JSON)."""
-    return {"format": opts.fmt, "host": opts.host, "year": opts.year, "tz": opts.tz,
-            "boot_time": None if opts.boot_time is None else opts.boot_time.astimezone(timezone.utc).isoformat()}
-
-
-# the read options: their keys in `read_with`, and their fields of IngestOptions (also the CLI's parameter names)
-READ_OPTIONS = {"format": "fmt", "host": "host", "year": "year", "tz": "tz", "boot_time": "boot_time"}
-
-
-def _given(opts: IngestOptions) -> tuple[str, ...]:
-    asked, default = read_with(opts), read_with(IngestOptions())
-    return opts.given if opts.given is not None else tuple(k for k in asked if asked[k] != default[k])
-
-
-def _read_with_of(entry: SourceEntry) -> dict[str, str | int | None]:
-    """The options a stored source was read with (an entry from before they were kept: the defaults)."""
-    return {**read_with(IngestOptions()), **entry.read_with}
-
-
-def reading_options(entry: SourceEntry, opts: IngestOptions) -> IngestOptions:
-    """The options a stored source is read again with (--force, or a changed option): those given, and for the
-    others the ones it was read with (a later `ingest --host h` keeps the boot time an earlier one gave)."""
-    stored, given = _read_with_of(entry), _given(opts)
-    kept = {name: stored[key] for key, name in READ_OPTIONS.items() if key not in given}
-    if kept.get("boot_time") is not None:
-        kept["boot_time"] = datetime.fromisoformat(kept["boot_time"])
-    return replace(opts, **kept)
-
-
-def changed_options(entry: SourceEntry, opts: IngestOptions) -> list[str]:
-    """The read options asked for (given) that the stored source was not read with and that bear on it: the same
-    bytes are read again with them rather than left as they are. An option not given never counts (a later
-    `ingest dir/` with no options keeps each source as it was read), nor one its records show it does not need
-    (`ingest --year 2024 logs/` reads again the year-less sources only)."""
-    asked, stored, given = read_with(opts), _as_read(entry), _given(opts)
-    return [k for k in asked if k in given and asked[k] != stored[k] and _bears_on(entry, k)]
-
-
-def _as_read(entry: SourceEntry) -> dict[str, str | int | None]:
-    """The options a stored source's times stand as read with: a zone read off other lines (`zonefix`) counts as
-    one, so that `--tz UTC` given after it reads the source again, with UTC."""
-    stored = _read_with_of(entry)
-    zone = inferred_zone(entry.time_anchor)
-    return {**stored, "tz": f"{zone}, inferred from its lines"} if zone else stored
-
-
-def _bears_on(entry: SourceEntry, key: str) -> bool:
-    """Whether a read option can change this stored source, by how its times were obtained: a year only year-less
-    stamps, a zone only stamps that print none, a boot time only kernel seconds, a host only a source that names
-    none (or was given one); a format always."""
-    kinds = {k for k, n in entry.ts_sources.items() if n}
-    if key == "year":
-        return TimeSource.YEAR_INFERRED.value in kinds
-    if key == "tz":
-        return bool(kinds & {TimeSource.YEAR_INFERRED.value, TimeSource.ZONE_ASSUMED.value})
-    if key == "boot_time":
-        return bool(kinds & {TimeSource.MONOTONIC_ONLY.value, TimeSource.BOOT_ANCHORED.value})
-    if key == "host":
-        return entry.host is None or _read_with_of(entry)["host"] is not None
-    return True
-
-
-def describe_change(entry: SourceEntry, opts: IngestOptions, keys: Sequence[str]) -> str:
-    """`read again, with --boot-time 2025-05-25T08:00:00+00:00 (it was read with none)`, each changed option."""
-    asked, stored = read_with(opts), _as_read(entry)
-    return "read again, with " + "; ".join(
-        f"--{k.replace('_', '-')} {asked[k] if asked[k] is not None else '(none)'} "
-        f"(it was read with {stored[k] if stored[k] is not None else 'none'})" for k in keys)
 
 
 @dataclass
@@ -427,7 +346,6 @@ def _no_format(src: Source) -> str:
             f"`forensics formats` lists the formats read; `--format NAME` forces one")
 
 
-
 def _clip(line: str, n: int = 80) -> str:
     line = "".join(c if c.isprintable() else "\ufffd" for c in line)
     return line if len(line) <= n else line[:n - 3] + "..."
@@ -530,16 +448,6 @@ def _matcher(rules, budget: RegexBudget | None = None):  # -> match.Matcher | No
     from .match import Matcher
 
     return Matcher(rules, budget=budget, carry=EXTRA)  # the events keep what the final fix of times reads
-
-
-def warm_profile(store: Store, sid: str) -> None:
-    """Compute the landed source's profile (what the incident queries read instead of its records: its spans
-    and ranks; the environment hits, which read every message, are left to the first query) now, while its
-    records are in the page cache. Only a cache: a failure here is left to the first query to redo."""
-    try:
-        profile.of_source(store, sid, env=False)
-    except (OSError, pl.exceptions.PolarsError):
-        pass
 
 
 def _versions(store: Store, src: Source) -> tuple[list[SourceEntry], list[SourceEntry]]:
@@ -782,7 +690,7 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
             events_file = staging / "events.parquet"
             if events:  # the fix's expressions of the times events have (a boot anchor: the records file's)
                 times = None if anchor else [e for e in exprs if e.meta.output_name() in ("ts", "ts_source")]
-                final = _final_events(events, records_file, sid, times)
+                final = final_events(events, records_file, sid, times)
                 sink_parquet(final if named_host is None else final.with_columns(named_host), events_file,
                              EVENT_SCHEMA)
             else:
@@ -793,62 +701,10 @@ def _stream_source(store: Store, src: Source, det: Detection, opts: IngestOption
             if boots.note():
                 entry = replace(entry, notes=[*entry.notes, boots.note()])
             if anchor:  # the last boot anchored by --boot-time: said as an anchor found later says it
-                entry = replace(entry, time_anchor=_anchored(anchor, entry.ts_sources, " (the file's last boot)"))
+                entry = replace(entry, time_anchor=anchored_note(anchor, entry.ts_sources, " (the file's last boot)"))
         if lost:
             entry = replace(entry, notes=[*entry.notes, "truncated: " + lost.removeprefix(f"{src.display}: ")])
         return entry, lost
-
-
-def retime_events(events: pl.DataFrame, records_file: Path, final: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Events were matched on provisional times; give them their record's final time, in order (`final`: the
-    times of their lines, `final_times`, when already read). An event without a host takes its record's: anchoring
-    a kernel clock to a host's journal names the host of the records it anchors."""
-    if events.height == 0:
-        return events
-    if final is None:
-        final = final_times(events.get_column("line"), records_file)
-    out = events.join(final, on="line", how="left", maintain_order="left")
-    return out.with_columns(pl.coalesce(pl.col("_ts"), pl.col("ts")).alias("ts"),
-                            pl.coalesce(pl.col("_tss"), pl.col("ts_source")).alias("ts_source"),
-                            pl.coalesce(pl.col("host"), pl.col("_host")).alias("host")).drop("_ts", "_tss", "_host")
-
-
-def final_times(lines: pl.Series, records_file: Path) -> pl.DataFrame:
-    """(line, _ts, _tss, _host): the final time (and host) of each of these lines' records."""
-    return (pl.scan_parquet(records_file).filter(pl.col("line").is_in(lines.unique().implode()))
-            .select("line", pl.col("ts").alias("_ts"), pl.col("ts_source").alias("_tss"), pl.col("host").alias("_host"))
-            .collect())
-
-
-def _final_events(parts: list[Path], records_file: Path, sid: str,
-                  times: Sequence[pl.Expr] | None) -> pl.LazyFrame:
-    """The spilled events parts, streamed, with the source id and their records' final times. `times`: the final
-    fix's expressions of the events' time columns, applied to the events themselves, which carry the record
-    columns they read (`EXTRA`); none when the fix moves no time (no year inferred). None (a boot anchor), or
-    parts without those columns: the times are read from the records file (`_retime_parts`)."""
-    have = set(pl.read_parquet_schema(parts[0])) if parts else set()
-    alike = all(set(pl.read_parquet_schema(p)) == have for p in parts)  # one scan reads them all
-    if times is None or not alike or not all(set(e.meta.root_names()) <= have for e in times):
-        return pl.scan_parquet([str(p) for p in _retime_parts(parts, records_file, sid)])
-    out = pl.scan_parquet([str(p) for p in parts]).with_columns(pl.lit(sid).alias("source_id"), *times)
-    return out.drop([c for c in EXTRA if c in have])
-
-
-def _retime_parts(parts: list[Path], records_file: Path, sid: str) -> list[Path]:
-    """Each spilled events part given its records' final times from the records file and the source id, as a
-    new part (both left to the staging's cleanup). A part at a time: a lazy join over all of them buffered
-    every event of the source (a 4 GiB journal's 900 k: +220 MB)."""
-    final = final_times(pl.scan_parquet([str(p) for p in parts]).select("line").collect().get_column("line"),
-                        records_file)
-    out = []
-    for p in parts:
-        ev = pl.read_parquet(p).with_columns(pl.lit(sid).alias("source_id"))
-        q = p.with_name("retimed-" + p.name)
-        retime_events(ev, records_file, final).drop([c for c in EXTRA if c in ev.columns]).write_parquet(
-            q, compression="lz4", statistics=False)
-        del ev
-        out.append(q)
-    return out
 
 
 def _unparsed(recs: pl.DataFrame, det: Detection) -> int:
@@ -865,31 +721,6 @@ def _unparsed(recs: pl.DataFrame, det: Detection) -> int:
 
 def _iso(v: datetime | None) -> str | None:
     return None if v is None else v.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _summary(records_file: Path) -> dict:
-    """Span, record count and time sources of a written records file (formatted by polars: stamps beyond
-    Python's datetime range, year 0 or 10000 in UTC, must not crash the ingest)."""
-    lf = pl.scan_parquet(records_file)
-    fmt = "%Y-%m-%dT%H:%M:%S%.6fZ"
-    span = lf.select(pl.col("ts").min().dt.strftime(fmt).alias("a"), pl.col("ts").max().dt.strftime(fmt).alias("b"),
-                     pl.len().alias("n")).collect()
-    counts = lf.group_by("ts_source").len().sort("ts_source").collect()
-    return {"first_ts": span["a"][0], "last_ts": span["b"][0], "records": int(span["n"][0]),
-            "ts_sources": dict(zip(counts["ts_source"].to_list(), counts["len"].to_list()))}
-
-
-def _out_of_range(records_file: Path) -> list[str]:
-    """The note (`line N: ...`, also printed as a warning) on records whose stamp lies outside years 1..9999
-    once in UTC (kept with no time; `normalise`); [] when there are none (row groups of no such record are
-    skipped by their statistics)."""
-    hit = (pl.scan_parquet(records_file).filter(pl.col("ts_anchor") == OUT_OF_RANGE)
-           .select(pl.len().alias("n"), pl.col("line").min().alias("first")).collect())
-    n, first = hit.row(0)
-    if not n:
-        return []
-    return [f"line {first}: {n} record(s) stamped outside years 1..9999 once in UTC, the first here, are kept "
-            f"with no time (ts_source none): the clock that wrote them was wrong; their lines are all stored"]
 
 
 def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: ReadStats, records_file: Path,
@@ -924,8 +755,8 @@ def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: Read
                      f"before parsing")
     if (cuts := cut_lines(stats.cut_lengths)) is not None:
         notes.append(cut_note(*cuts))
-    notes.extend(_out_of_range(records_file))
-    summary = _summary(records_file)
+    notes.extend(out_of_range_note(records_file))
+    summary = records_summary(records_file)
     return SourceEntry(
         source_id=sid, path=src.display, sha256=sha, size=_size(src), format=det.primary, formats=list(det.formats),
         confidence=det.confidence, host=host, records=summary["records"], lines=stats.lines, unparsed=unparsed,
@@ -933,235 +764,6 @@ def _entry(src: Source, det: Detection, sid: str, sha: str, fp: str, stats: Read
         time_anchor=anchor, ts_sources=summary["ts_sources"], events=events, tool_version=__version__,
         fingerprint=fp, reversed=rev, notes=notes,
     )
-
-
-@dataclass(frozen=True)
-class ZoneResult:
-    path: str
-    said: str          # the source's new time note, or why its zone stays assumed
-    moved: bool        # its times were moved by the offset found
-    warning: bool      # pairs were found but do not settle the zone
-
-
-_ASSUMED_ZONE = (TimeSource.ZONE_ASSUMED.value, TimeSource.YEAR_INFERRED.value)
-
-
-def _zone_candidate(e: SourceEntry) -> bool:
-    """A source whose stamps print no zone, read with the default UTC, whose zone was not read off other lines
-    before."""
-    return (any(e.ts_sources.get(k) for k in _ASSUMED_ZONE) and _read_with_of(e)["tz"] == "UTC"
-            and ZONE_MARK not in e.time_anchor)
-
-
-def infer_zones(store: Store, opts: IngestOptions) -> list[ZoneResult]:
-    """Read the zone of sources whose stamps print none (an SGLang log, `dmesg -T`) off the lines a source with exact
-    times also holds (the journal: `zonefix`); move their times when it is not UTC. Not when --tz was given."""
-    if "tz" in _given(opts):
-        return []
-    entries = store.sources()
-    todo = [e for e in entries if _zone_candidate(e)]
-    exact = [e for e in entries if e.ts_sources.get(TimeSource.EXACT.value)]
-    if not todo or not exact:
-        return []
-    try:  # the keys and lines alone of the lines that can pair, streamed: a 4 GiB corpus's journal holds 1.5 M of
-        # them, whose times, paths and hosts kept too took the ingest's peak 90 MiB up (to 428 MiB)
-        step = key_step(sum(x.records for x in exact))
-        keys = pl.concat([_exact_lines(store, x).select("_h", "line", pl.lit(i, pl.UInt16).alias("_x"))
-                          .filter(sampled(step)) for i, x in enumerate(exact)]).collect(engine="streaming")
-    except FileNotFoundError:   # another process replaced a source meanwhile: its next ingest reads the zones
-        return []
-    out: list[ZoneResult] = []
-    if keys.is_empty():
-        return out
-    for e in todo:
-        for _ in range(REWRITE_TRIES):
-            done = _zone_source(store, e, exact, keys, step)
-            if done is not False:
-                if done is not None:
-                    out.append(done)
-                break
-            e = store.entry(e.source_id)
-            if e is None or not _zone_candidate(e):
-                break
-    return out
-
-
-def _exact_lines(store: Store, e: SourceEntry) -> pl.LazyFrame:
-    """The records of `e` with exact times that can pair (the kernel's lines, those that begin as an SGLang line
-    does), with their key `_h`."""
-    return keyed(store.records_of(e).filter(pl.col("ts_source") == TimeSource.EXACT.value))
-
-
-def _zone_source(store: Store, e: SourceEntry, exact: Sequence[SourceEntry], keys: pl.DataFrame,
-                 step: int) -> ZoneResult | None | bool:
-    """One source's zone from the lines of the `exact` sources (`keys`: the key, line and index in `exact` of
-    theirs, 1 in `step` of them): the result, None when no line pairs, False when another process rewrote a source
-    meanwhile (nothing changed then)."""
-    try:
-        src = store.records_of(e)
-        assumed = pl.col("ts_source").is_in(_ASSUMED_ZONE)
-        mine = (src.filter(assumed, pl.col("ts").is_not_null(), KERNEL | pl.col("ts_text").str.starts_with("["))
-                .select(source_key(), "ts").filter(sampled(step), pl.col("_h").is_in(keys.get_column("_h").implode()))
-                .collect(engine="streaming"))
-        if mine.is_empty():
-            return None
-        theirs = keys.filter(pl.col("_h").is_in(mine.get_column("_h").implode()))
-        held = pl.concat([  # the few lines paired, read by their line numbers (not their text again)
-            store.records_of(exact[i]).filter(pl.col("line").is_in(part.get_column("line").implode()))
-            .select(pl.col("ts").alias("ts_exact"), "path", "line", "host").collect()
-            .join(part.select("_h", "line"), on="line")
-            for (i,), part in theirs.group_by("_x", maintain_order=True)])
-        held = held.select("_h", "ts_exact", "path", "line", "host")
-        if e.host is not None:  # a source that names its host pairs with that host's lines only
-            held = held.filter(pl.col("host").is_null() | (pl.col("host") == e.host))
-        pairs = unique_pairs(mine, held)
-    except FileNotFoundError:
-        return False
-    f: ZoneFinding | None = find_offset(pairs)
-    if f is None:
-        return None
-    if f.offset is None:
-        return ZoneResult(e.path, disagreement(f), moved=False, warning=True)
-    note = zone_note(e.time_anchor, f, _holders(pairs))
-    if f.offset == 0:
-        ok = store.update(replace(e, time_anchor=note), based_on=e)
-        return ZoneResult(e.path, note, moved=False, warning=False) if ok else False
-    moved = pl.when(assumed).then(pl.col("ts") - pl.duration(seconds=f.offset)).otherwise(pl.col("ts"))
-    if not _rewrite_times(store, e, src.with_columns(moved.alias("ts")),
-                          lambda _, summary: replace(e, first_ts=summary["first_ts"], last_ts=summary["last_ts"],
-                                                     time_anchor=note)):
-        return False
-    return ZoneResult(e.path, note, moved=True, warning=False)
-
-
-def _holders(pairs: pl.DataFrame) -> str:
-    """`journal-k26.log`, or `a.log and b.log`, or `a.log and 2 other sources`: the sources of the exact lines."""
-    paths = sorted(set(pairs.get_column("path").to_list()))
-    if len(paths) == 1:
-        return paths[0]
-    return f"{paths[0]} and {paths[1]}" if len(paths) == 2 else f"{paths[0]} and {len(paths) - 1} other sources"
-
-
-def anchor_kernel_clocks(store: Store, opts: IngestOptions, rules) -> list[BootAnchor]:
-    """Pair monotonic-only kernel records with wall-timed kernel records; rewrite the sources anchored."""
-    mono_sources = [e for e in store.sources() if e.ts_sources.get(TimeSource.MONOTONIC_ONLY.value)]
-    found: list[BootAnchor] = []
-    for e in mono_sources:
-        for _ in range(REWRITE_TRIES):
-            anchors = _anchor_source(store, e, opts)
-            if anchors is not None:
-                found.extend(anchors)
-                break
-            e = store.entry(e.source_id)  # another process rewrote the source meanwhile: from what it wrote
-            if e is None or not e.ts_sources.get(TimeSource.MONOTONIC_ONLY.value):
-                break
-        else:
-            raise StoreError(f"{e.path}: its store files kept changing while its dmesg clock was anchored "
-                             f"({REWRITE_TRIES} tries); run the ingest again once the other writers are done")
-    return found
-
-
-def _anchored(anchors: Mapping[str, BootAnchor], ts_sources: Mapping[str, int], which: str = "") -> str:
-    """A source's time note once boots of it are anchored: how (`which` boots, when not all), and how many
-    records of other boots are still monotonic only."""
-    left = ts_sources.get(TimeSource.MONOTONIC_ONLY.value, 0)
-    how = "; ".join(sorted({a.how for a in anchors.values()}))
-    return how + (f"{which}; {left} record(s) of other boots still monotonic only" if left else "")
-
-
-REWRITE_TRIES = 5  # a source rewritten by another process meanwhile is computed again, up to this many times
-
-
-def kernel_timestamp_anchor(store: Store, mono: pl.LazyFrame, host: str | None) -> dict[str, BootAnchor]:
-    """The boot time `systemctl show` printed (`KernelTimestamp=`, the manager's property: when the kernel
-    started) for a source whose unanchored records (`mono`) are of one boot (a raw dmesg is the current boot's ring
-    buffer, the boot `systemctl show` describes when both were copied off the box together). Only when the store's
-    `systemctl show` outputs name one such time; {} otherwise. The source's boots are read only when the store
-    holds a `systemctl show` output."""
-    shows = [e for e in store.sources() if "systemctl-show" in (e.formats or [e.format])]
-    if not shows:
-        return {}
-    boots = mono.select(pl.col("boot_id").unique()).collect().get_column("boot_id").to_list()
-    if len(boots) != 1:
-        return {}
-    found: dict[datetime, str] = {}
-    for e in shows:
-        try:
-            rows = (store.records_of(e).filter(pl.col("message").str.starts_with("KernelTimestamp="),
-                                               pl.col("ts").is_not_null())
-                    .select("ts", "path", "line").collect())
-        except FileNotFoundError:
-            continue
-        for ts, path, line in rows.iter_rows():
-            found.setdefault(ts, f"{path}:{line}")
-    if len(found) != 1:
-        return {}
-    (bt, where), = found.items()
-    how = (f"boot time {bt.strftime('%Y-%m-%d %H:%M:%S')} UTC from systemctl show's KernelTimestamp= ({where}), "
-           f"read as the boot of this dmesg (the current one when both were copied)")
-    return {boots[0]: BootAnchor(boots[0], host, bt, 0, 0.0, how)}
-
-
-def _anchor_source(store: Store, e: SourceEntry, opts: IngestOptions) -> list[BootAnchor] | None:
-    """Anchor one source's monotonic-only records (its files as `e` lists them). The anchors applied, or
-    None when another process rewrote the source's files meanwhile (nothing changed then)."""
-    try:
-        src = store.records_of(e)
-        mono_only = pl.col("ts_source") == TimeSource.MONOTONIC_ONLY.value
-        # the messages in both are found by their hashes first (8 bytes each, not the text of every kernel line),
-        # then the few that share a hash are compared whole
-        h = pl.col("message").hash(seed=0)
-        mono_h = src.filter(mono_only).select(h.alias("_h")).unique().collect(engine="streaming")
-        walled = (store.records()
-                  .filter(pl.col("ident") == "kernel", pl.col("ts").is_not_null(),
-                          pl.col("ts_source") != TimeSource.BOOT_ANCHORED.value,
-                          h.is_in(mono_h.get_column("_h").implode()))
-                  .select("ts", "message", "host").collect(engine="streaming"))
-        anchors: dict[str, BootAnchor] = {}
-        if walled.height:
-            walled_h = walled.select(h.alias("_h")).unique().get_column("_h")
-            mono = (src.filter(mono_only, h.is_in(walled_h.implode())).select("boot_id", "mono", "message", "host")
-                    .collect(engine="streaming"))
-            walled = walled.join(mono.select("message").unique(), on="message", how="semi", maintain_order="left")
-            mono = mono.join(walled.select("message").unique(), on="message", how="semi", maintain_order="left")
-            anchors = {a.boot_id: a for a in find_anchors(mono, walled)}
-        if not anchors:
-            anchors = kernel_timestamp_anchor(store, src.filter(mono_only), opts.host)
-    except FileNotFoundError:
-        return None  # its files were replaced (and the old ones deleted) since `e` was read
-    if not anchors:
-        return []
-    def anchored(records_file: Path, summary: dict) -> SourceEntry:
-        hosts = pl.scan_parquet(records_file).select(pl.col("host").drop_nulls().mode().sort().first()).collect()
-        return replace(e, first_ts=summary["first_ts"], last_ts=summary["last_ts"], ts_sources=summary["ts_sources"],
-                       host=hosts.item() or e.host, time_anchor=_anchored(anchors, summary["ts_sources"]))
-
-    if not _rewrite_times(store, e, apply_anchor(src, anchors, opts.host), anchored):
-        return None
-    return list(anchors.values())
-
-
-def _rewrite_times(store: Store, e: SourceEntry, records: pl.LazyFrame,
-                   entry_for: Callable[[Path, dict], SourceEntry]) -> bool:
-    """Replace a listed source's records with `records` (the same, their times moved: a boot anchor, a zone) and its
-    events with theirs retimed to match; its entry becomes `entry_for(records file, its _summary)`, and its profile
-    is computed again. False when another process rewrote the source meanwhile (nothing changed then)."""
-    staging = store.staging()
-    try:
-        records_file = staging / "records.parquet"
-        try:
-            sink_parquet(records, records_file, RECORD_SCHEMA)
-            events = retime_events(store.events_of(e).collect(), records_file)
-        except FileNotFoundError:
-            return False
-        write_parquet(events, staging / "events.parquet", EVENT_SCHEMA)
-        entry = entry_for(records_file, _summary(records_file))
-        if not store.update(entry, records_file, staging / "events.parquet", based_on=e):
-            return False
-    finally:
-        store.cleanup(staging)
-    warm_profile(store, e.source_id)
-    return True
 
 
 RESCAN_ROWS = 131_072   # records read at a time: the matcher keeps only their candidates

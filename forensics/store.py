@@ -107,7 +107,7 @@ class SourceEntry:
     notes: list[str] = field(default_factory=list)
     records_name: str = ""   # the file under records/ (set when the source is committed)
     events_name: str = ""    # the file under events/
-    read_with: dict = field(default_factory=dict)  # the options its lines were read with (pipeline.read_with; {}:
+    read_with: dict = field(default_factory=dict)  # the options its lines were read with (ingestoptions.read_with; {}:
                                                    # a store written before they were kept, read with the defaults)
     year_from: str = ""      # where its year-less stamps took their year (timefix.YEAR_GIVEN ...; "": none, or a
                              # store written before it was kept): one from the source itself anchors another's

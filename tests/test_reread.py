@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from forensics.cli import main
-from forensics.pipeline import IngestOptions, changed_options, ingest, read_with
+from forensics.ingestoptions import changed_options, read_with
+from forensics.pipeline import IngestOptions, ingest
 from forensics.store import Store
 
 FORMATS = Path(__file__).resolve().parent.parent / "samples" / "formats"

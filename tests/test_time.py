@@ -428,9 +428,11 @@ def test_events_take_their_records_final_times_over_many_spilled_parts(tmp_path:
     from forensics.store import Store
     from forensics.timefix import EXTRA
 
+    import forensics.landed as landed
+
     read_back = []
-    real_final = pipeline.final_times
-    monkeypatch.setattr(pipeline, "final_times", lambda *a: read_back.append(1) or real_final(*a))
+    real_final = landed.final_times
+    monkeypatch.setattr(landed, "final_times", lambda *a: read_back.append(1) or real_final(*a))
 
     lines = []
     for i in range(3000):
@@ -450,8 +452,8 @@ def test_events_take_their_records_final_times_over_many_spilled_parts(tmp_path:
     pipeline.ingest(whole, [str(src)], opts)
     one, _ = events(whole)
     parts = []
-    real = pipeline._final_events
-    monkeypatch.setattr(pipeline, "_final_events", lambda ps, *a, **k: parts.append(len(ps)) or real(ps, *a, **k))
+    real = pipeline.final_events
+    monkeypatch.setattr(pipeline, "final_events", lambda ps, *a, **k: parts.append(len(ps)) or real(ps, *a, **k))
     monkeypatch.setattr(pipeline, "BATCH_BYTES", 8 << 10)
     monkeypatch.setattr(pipeline, "_matcher", lambda rules, budget=None: match.Matcher(
         rules, flush_rows=5, budget=budget, carry=EXTRA if carried else ()))
@@ -482,8 +484,8 @@ def _spilled(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     from forensics.timefix import EXTRA
 
     seen: list[bool] = []
-    real = pipeline._final_events
-    monkeypatch.setattr(pipeline, "_final_events", lambda ps, f, sid, times: seen.append(times is None or
+    real = pipeline.final_events
+    monkeypatch.setattr(pipeline, "final_events", lambda ps, f, sid, times: seen.append(times is None or
                                                                                          bool(times)) or
                         real(ps, f, sid, times))
     monkeypatch.setattr(pipeline, "BATCH_BYTES", 8 << 10)
@@ -505,6 +507,7 @@ def _event_times_are_record_times(store) -> pl.DataFrame:
 def test_exact_times_leave_the_events_times_as_matched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A source whose stamps carry their date and zone has its final times when read: its events are given
     only the source id, the records file is not read for their times, and each is still at its record's time."""
+    import forensics.landed as landed
     import forensics.pipeline as pipeline
     from forensics.store import Store
 
@@ -513,7 +516,7 @@ def test_exact_times_leave_the_events_times_as_matched(tmp_path: Path, monkeypat
     src = tmp_path / "journal-iso.log"
     src.write_text("\n".join(lines) + "\n")
     seen = _spilled(monkeypatch)
-    monkeypatch.setattr(pipeline, "final_times", lambda *a: pytest.fail("exact times were read back"))
+    monkeypatch.setattr(landed, "final_times", lambda *a: pytest.fail("exact times were read back"))
     store = Store(tmp_path / "s")
     pipeline.ingest(store, [str(src)], pipeline.IngestOptions())
     assert seen == [False]
@@ -526,6 +529,7 @@ def test_events_of_a_year_taken_from_another_source_are_fixed_with_their_records
     """A year-less journal takes its year from a full-date source of the same host (a host anchor, known only
     once that one has landed): its events, matched long before, get the same final times as their records,
     computed from the columns they carry."""
+    import forensics.landed as landed
     import forensics.pipeline as pipeline
     from forensics.store import Store
 
@@ -535,7 +539,7 @@ def test_events_of_a_year_taken_from_another_source_are_fixed_with_their_records
     yearless.write_text("".join(f"Dec 31 23:{i // 60:02d}:{i % 60:02d} node kernel: "
                                 f"{_OOM if i % 37 == 0 else f'tick {i}'}\n" for i in range(3000)))
     seen = _spilled(monkeypatch)
-    monkeypatch.setattr(pipeline, "final_times", lambda *a: pytest.fail("the records file was read for times"))
+    monkeypatch.setattr(landed, "final_times", lambda *a: pytest.fail("the records file was read for times"))
     store = Store(tmp_path / "s")
     pipeline.ingest(store, [str(yearless), str(dated)], pipeline.IngestOptions())
     (e,) = [x for x in store.sources() if x.path.endswith("short.log")]
@@ -587,7 +591,7 @@ def test_final_events_of_unlike_parts_are_retimed_from_the_records_file(tmp_path
     a, b = tmp_path / "events-0.parquet", tmp_path / "events-1.parquet"
     event(1).with_columns(pl.lit(3, dtype=pl.Int32).alias(EXTRA[0])).write_parquet(a)
     event(2).write_parquet(b)
-    out = pipeline._final_events([a, b], records_file, "sid", []).collect()
+    out = pipeline.final_events([a, b], records_file, "sid", []).collect()
     assert out.columns == list(EVENT_SCHEMA)
     assert out["line"].to_list() == [1, 2] and out["ts"].to_list() == [t0, t1]
     assert out["source_id"].to_list() == ["sid", "sid"] and out["host"].to_list() == ["h1", None]
