@@ -2,9 +2,9 @@
 
     events (store) -> hosts and units filled where the logs imply them -> the same line seen in several
     sources folded into one event -> correlations (forensics.correlate) -> significant events (severity
-    error/critical, or role cause) clustered per host by `gap` -> clusters merged when a conclusion spans them
-    or when a unit started right after one cluster dies in the next (a fallback that dies too) -> one
-    Incident per cluster: root cause, conclusions, events with their roles, configuration review,
+    error/critical, or role cause) clustered per host by `gap` (forensics.clustering) -> clusters merged when a
+    conclusion spans them or when a unit started right after one cluster dies in the next (a fallback that dies
+    too) -> one Incident per cluster: root cause, conclusions, events with their roles, configuration review,
     environment, what the logs cannot show, and a stable id `<date>-<host>-<unit>`.
 
 Deterministic: the same store gives the same incidents, ids and conclusions, in the same order.
@@ -47,7 +47,6 @@ from .correlate import (
     iso,
     kernel_window,
     resolve,
-    server_exit,
     with_runs,
 )
 from .correlation_packs import Correlation, load_correlations
@@ -66,6 +65,7 @@ from .correlate_store import (
     unit_may_be,
     units_by_pid,
 )
+from .clustering import CONTEXT_KINDS, STARTS, Cluster, cluster, significant
 from .correlate_local import LocalMatcher
 from .dayscope import Reach, Span, Window, day_of, first_window
 from .nearanchor import StepOnly
@@ -83,9 +83,7 @@ REPEAT_AROUND_S = 3 * 3600.0           # ... whose rate is compared with the kin
 UNDATED_SPEC = "undated"               # an incident with no wall-clock time: its id's first word, and the spec for all
 OWNER_S = 120.0                        # a configuration naming no unit: a unit's when logged this soon after its start
 ROUTINE_MIN = 5                        # a unit's failures in the REPEAT_AROUND_S before an incident: it fails routinely
-UNDATED_LINES = 500                    # untimed significant events this close in one source: one incident
 SGLANG_DEFAULT_PORT = "30000"          # `{port}` of a unit whose launch configuration gives none
-CONTEXT_KINDS = frozenset({"server_config", "server_ready", "server_start", "service_started", "boot"})
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 # correlations fired only where they can matter (forensics.correlate_local); off: at every anchor, as a check
 LOCAL_MATCHING = os.environ.get("FORENSICS_LOCAL_MATCHING", "1") != "0"
@@ -314,195 +312,6 @@ _signature = signature
 # clustering
 
 
-@dataclass
-class _Cluster:
-    host: str
-    events: list[EventView]
-
-    @property
-    def start(self) -> float | None:
-        return min((e.t for e in self.events if e.t is not None), default=None)
-
-    @property
-    def end(self) -> float | None:
-        return max((e.t for e in self.events if e.t is not None), default=None)
-
-    @property
-    def units(self) -> list[str]:
-        return list(dict.fromkeys(e.entities["unit"] for e in self.events if e.entities.get("unit")))
-
-
-def significant(e: EventView, timed: bool = True) -> bool:
-    return ((e.t is not None) == timed and e.kind not in CONTEXT_KINDS
-            and (e.severity in ("error", "critical") or e.role == "cause"
-                 or server_exit(e.kind, e.entities.get("unit"), e.t is not None, e.fields)))
-
-
-STARTS = ("service_started", "server_start")
-UP_S = 180.0   # a server that failed, came back ready and served this long had recovered (see `recovered`)
-
-
-def _server_back(cur: Sequence[EventView], e: EventView, readies: Sequence[EventView], times: Sequence[float]
-                 ) -> bool:
-    """Whether a server that failed in `cur` (the same unit; an SGLang log's unit-less lines, the same file) logged
-    `server_ready` after `cur`'s last event and then served UP_S or more before `e`. `readies`: the host's timed
-    `server_ready` events, in time order, and `times` their times."""
-    units = {x.entities.get("unit") for x in cur}
-    paths = {x.path for x in cur if x.entities.get("unit") is None}
-
-    def theirs(r: EventView) -> bool:
-        u = r.entities.get("unit")
-        return (u is not None and u in units) or (u is None and r.path in paths)
-
-    return _served(readies, times, cur[-1].t, e.t, theirs)
-
-
-def _served(readies: Sequence[EventView], times: Sequence[float], lo: float, hi: float,
-            server: Callable[[EventView], bool]) -> bool:
-    """Whether a `server_ready` of `readies` (in time order; `times` their times) that `server` takes for the
-    server's came after `lo` and UP_S or more before `hi`: the server was back and served UP_S by `hi`."""
-    return any(server(r) for r in readies[bisect_right(times, lo):bisect_right(times, hi - UP_S)])
-
-
-def _causes(evs: Sequence[EventView]) -> set[str]:
-    """The kinds of a stretch's causes (its events whose rule calls them a cause), or all its kinds without one."""
-    return {e.kind for e in evs if e.role == "cause"} or {e.kind for e in evs}
-
-
-def recovered(evs: Sequence[EventView], readies: Sequence[EventView]) -> list[list[EventView]]:
-    """A host's significant events of one stretch (time order), cut where a server that had failed came back
-    ready and served UP_S or more before the next (`_server_back`), unless what follows is the same failure again
-    (its causes' kinds are among those before: a failure that recurs stays one incident, "twice")."""
-    if not readies:
-        return [list(evs)]
-    times = [x.t for x in readies]
-    parts: list[list[EventView]] = [[evs[0]]]
-    for e in evs[1:]:
-        if _server_back(parts[-1], e, readies, times):
-            parts.append([e])
-        else:
-            parts[-1].append(e)
-    out = [parts[0]]
-    for p in parts[1:]:
-        if _causes(p) <= _causes(out[-1]):
-            out[-1].extend(p)
-        else:
-            out.append(p)
-    return out
-
-
-def cluster(evs: Sequence[EventView], found: Sequence[Finding], gap_s: float,
-            load_starts: Callable[[list[tuple[_Cluster, _Cluster]]], Sequence[EventView]] | None = None,
-            kin: Mapping[str, EventView] | None = None) -> list[_Cluster]:
-    """Significant events per host, split where `gap_s` passes without one or where a failed server had
-    recovered before the next, other failure (`recovered`); then clusters merged when one
-    finding binds events of both, or when a unit of the later one was started within the gap after the
-    earlier one ended and died within twice the gap of starting (a fallback that dies too), unless it was
-    ready and served UP_S or more before dying (it had recovered: another incident).
-
-    `evs` must hold every significant event and `server_ready`; the starts are taken from `evs` too, unless
-    `load_starts` gives them: called with the pairs of successive clusters of a host, it returns (at least)
-    every start of a unit of the later one on that host within the gap after the earlier one ends. `kin`: views
-    of unit-less events with the unit of their process (`pid_kin`), by id: a journal's SGLang ready lines."""
-    by_host: dict[str, list[EventView]] = {}
-    readies: dict[str, list[EventView]] = {}
-    for e in evs:
-        if significant(e):
-            by_host.setdefault(e.host or "unknown host", []).append(e)
-        elif e.kind == "server_ready" and e.t is not None:
-            readies.setdefault(e.host or "unknown host", []).append(kin.get(e.id, e) if kin else e)
-    for rs in readies.values():
-        rs.sort(key=lambda x: (x.t, x.seq))
-    clusters: list[_Cluster] = []
-    for host in sorted(by_host):
-        cur: list[EventView] = []
-        for e in sorted(by_host[host], key=lambda x: (x.t, x.seq)):
-            if cur and e.t - cur[-1].t > gap_s:
-                clusters.extend(_Cluster(host, p) for p in recovered(cur, readies.get(host, ())))
-                cur = []
-            cur.append(e)
-        if cur:
-            clusters.extend(_Cluster(host, p) for p in recovered(cur, readies.get(host, ())))
-    # union-find over clusters
-    parent = list(range(len(clusters)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    def union(a: int, b: int) -> None:
-        ra, rb = root(a), root(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-
-    where = {e.id: i for i, c in enumerate(clusters) for e in c.events}
-    for f in found:
-        idx = sorted({where[x] for x in f.event_ids if x in where})
-        for i in idx[1:]:
-            if clusters[i].host == clusters[idx[0]].host:
-                union(idx[0], i)
-    pairs = [i for i in range(len(clusters) - 1) if clusters[i].host == clusters[i + 1].host]
-    if load_starts is None:
-        starts = [e for e in evs if e.kind in STARTS and e.t is not None]
-    else:
-        starts = [e for e in load_starts([(clusters[i], clusters[i + 1]) for i in pairs])
-                  if e.kind in STARTS and e.t is not None]
-    ready_ts = {h: [r.t for r in rs] for h, rs in readies.items()}
-    for i in pairs:
-        a, b = clusters[i], clusters[i + 1]
-        rs, ts = readies.get(a.host, []), ready_ts.get(a.host, [])
-        for s in starts:
-            u = s.entities.get("unit")
-            if s.host != a.host or u not in b.units or not a.end <= s.t <= a.end + gap_s:
-                continue
-            died = min(e.t for e in b.events if e.entities.get("unit") == u)   # the restarted unit's death
-            if s.t <= died and b.start - s.t <= 2 * gap_s and \
-                    not _served(rs, ts, s.t, died, lambda r, u=u: r.entities.get("unit") == u):
-                union(i, i + 1)
-                break
-    merged: dict[int, _Cluster] = {}
-    for i, c in enumerate(clusters):
-        r = root(i)
-        if r in merged:
-            merged[r].events.extend(c.events)
-        else:
-            merged[r] = _Cluster(c.host, list(c.events))
-    out = list(merged.values())
-    # untimed significant events (kernel seconds without an anchor, `systemctl status` lines, a job's stderr): bound
-    # by a correlation to the events of a timed incident, or with a unit or pid of one of the host, they join it;
-    # the others form undated incidents, per source, of events within a few hundred lines of each other
-    bound: dict[int, _Cluster] = {}
-    for f in found:
-        homes = sorted({root(where[x]) for x in f.event_ids if x in where})
-        if homes:
-            for x in f.event_ids:
-                if x not in where:
-                    bound.setdefault(x, merged[homes[0]])
-    undated: list[_Cluster] = []
-    for e in evs:
-        if not significant(e, timed=False):
-            continue
-        home = bound.get(e.id)
-        if home is None or home.host != e.host:
-            home = next((c for c in out if c.host == e.host and any(
-                ent in ("unit", "pid") and x.entities.get(ent) == v for x in c.events
-                for ent, v in e.entities.items())), None)
-        if home is not None:
-            home.events.append(e)
-            continue
-        last = next((c for c in reversed(undated) if c.host == e.host and c.events[-1].path == e.path
-                     and abs(c.events[-1].line - e.line) <= UNDATED_LINES), None)
-        if last is not None:
-            last.events.append(e)
-        else:
-            undated.append(_Cluster(e.host or "unknown host", [e]))
-    for c in out:
-        c.events.sort(key=lambda x: (x.t is None, x.t or 0.0, x.seq))
-    return sorted(out, key=lambda c: (c.start, c.host)) + undated
-
-
 # ----------------------------------------------------------------------------------------------------------
 # building one incident
 
@@ -529,7 +338,7 @@ def _conf_rank(c: Confidence) -> int:
     return [Confidence.CONFIRMED, Confidence.LIKELY, Confidence.POSSIBLE, Confidence.INCONCLUSIVE].index(c)
 
 
-def _fallback(c: _Cluster) -> Finding:
+def _fallback(c: Cluster) -> Finding:
     """No correlation explains the incident: say what the first significant event is, and no more."""
     first = next((e for e in c.events if e.role == "cause"), c.events[0])
     unit = first.entities.get("unit")
@@ -611,7 +420,7 @@ def _kernel_seconds(store, e: EventView) -> float | None:  # noqa: ANN001
     return rows.item(0, 0) if rows.height else None
 
 
-def _gaps(c: _Cluster, evs: Sequence[EventView], members: Sequence[EventView], prep: Prepared, start: float | None,
+def _gaps(c: Cluster, evs: Sequence[EventView], members: Sequence[EventView], prep: Prepared, start: float | None,
           end: float | None, gap_s: float, mono: Callable[[EventView], float | None] = lambda e: None) -> list[Gap]:
     """What the logs cannot show for this incident. `evs` (in seq order) must hold the host's journald
     suppressions from `gap_s` before the start to the end, and its untimed kernel events. `mono` gives an
@@ -744,7 +553,7 @@ class _Skeleton:
     its place in the order, and the one-line listing (`id`, `start`, `end`, `hosts`, `headline`,
     `root_cause.confidence`)."""
 
-    cluster: _Cluster
+    cluster: Cluster
     heads: list[Finding]
     ordered: list[Finding]                    # the root first
     core_ids: set[str]
@@ -958,7 +767,7 @@ class _Builder:
                 sk.id = f"{sk.id}-{n}"
         return skels
 
-    def _correlate_local(self, evs: Sequence[EventView]) -> tuple[list[Finding], list[_Cluster]]:
+    def _correlate_local(self, evs: Sequence[EventView]) -> tuple[list[Finding], list[Cluster]]:
         """The findings and clusters, with correlations fired only where they can matter (correlate_local)."""
         lm = LocalMatcher(Timeline(evs), self.corrs, self.prep.coverage)
         kin = self._kin(evs)
@@ -1017,7 +826,7 @@ class _Builder:
                                         for h, u in sorted({(v.host, v.unit) for v in owned.values()})])
         return pid_kin(owned, [*(e for e in evs if e.kind == "server_ready"), *starts])
 
-    def _load_starts(self, pairs: list[tuple[_Cluster, _Cluster]]) -> list[EventView]:
+    def _load_starts(self, pairs: list[tuple[Cluster, Cluster]]) -> list[EventView]:
         start = pl.col("kind").is_in(list(STARTS))
         return self.src.load_windows([(a.end, a.end + self.gap_s, start & (pl.col("host") == a.host)
                                        & unit_may_be(b.units)) for a, b in pairs if b.units and a.end is not None])
@@ -1140,7 +949,6 @@ class _Builder:
         return out
 
 
-
 BACK_S = 3600.0   # a unit's server ready again this long after an incident is still the incident's (its impact)
 
 
@@ -1178,7 +986,7 @@ def _back_again(later: Sequence[EventView], owned: Mapping[str, EventView], unit
     return out
 
 
-def _split_background(c: _Cluster, found: Sequence[Finding], times: _Times
+def _split_background(c: Cluster, found: Sequence[Finding], times: _Times
                       ) -> tuple[list[Finding], tuple[Background, ...]]:
     """The findings of a cluster, less those of units failing routinely on its host: a unit none of the cluster's
     significant events names, whose conclusions here are all inconclusive (nothing ties its failure to the

@@ -142,8 +142,8 @@ class Repeat:
 @dataclass(frozen=True)
 class Neighbour:
     """An incident of the same host just before or after this one, kept apart only because the server had
-    recovered in between: less than the clustering gap away (`incidents.recovered`), or a restart of a shared
-    unit that was ready and served before it failed again (`incidents.cluster`)."""
+    recovered in between: less than the clustering gap away (`clustering.recovered`), or a restart of a shared
+    unit that was ready and served before it failed again (`clustering.cluster`)."""
 
     incident: str             # its id
     at: str | None            # when it ended (the one before) or began (the one after), ISO 8601 UTC

@@ -300,7 +300,7 @@ def _storm(rng: random.Random) -> list[EventView]:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_local_firing_gives_the_findings_that_matter(seed: int) -> None:
-    from forensics.incidents import cluster, significant
+    from forensics.clustering import cluster, significant
 
     corrs = load_correlations()
     assert host_local(corrs)

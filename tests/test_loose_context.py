@@ -180,7 +180,7 @@ def _two_causes(tmp_path: Path, nccl_at: str) -> list:
 
 
 def test_the_headline_names_a_second_cause_of_the_same_server(tmp_path: Path) -> None:
-    # the NCCL timeout 2 min after the server was ready again: it had not recovered (incidents.UP_S), one incident
+    # the NCCL timeout 2 min after the server was ready again: it had not recovered (clustering.UP_S), one incident
     (inc,) = _two_causes(tmp_path, "12:30:37")
     assert inc.headline.startswith("CUDA out of memory") and inc.headline.endswith(
         "; then NCCL collective timed out on rank 5"), inc.headline

@@ -17,7 +17,8 @@ from forensics.cli import main
 from forensics.correlation_packs import Join, load_correlations
 from forensics.correlate_store import EventSource
 from forensics.dayscope import Reach
-from forensics.incidents import ARCH_KINDS, CONTEXT_KINDS, find_incidents, incident_json
+from forensics.clustering import CONTEXT_KINDS
+from forensics.incidents import ARCH_KINDS, find_incidents, incident_json
 from forensics.nearanchor import StepOnly
 from forensics.store import Store
 

@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from forensics.cli import main
-from forensics.incidents import UP_S, build_incidents
+from forensics.clustering import UP_S
+from forensics.incidents import build_incidents
 from forensics.store import Store
 
 ARGS = ("server_args=ServerArgs(model_path='meta-llama/Llama-3.1-8B-Instruct', tp_size=8, mem_fraction_static=0.8, "

@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from forensics.cli import main
-from forensics.incidents import UP_S, build_incidents
+from forensics.clustering import UP_S
+from forensics.incidents import build_incidents
 from forensics.store import Store
 from helpers import ingest_text
 
