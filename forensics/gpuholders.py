@@ -28,7 +28,7 @@ import polars as pl
 
 from .correlate import human_seconds
 from .eventview import EventView, unit_of_cgroup
-from .match import cast_bytes
+from .casts import cast_bytes
 from .sizes import human_size
 
 _ENTRY = re.compile(r"(?:Process (\d+)|Including non-PyTorch memory, this process) has "

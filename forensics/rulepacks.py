@@ -162,7 +162,7 @@ KINDS: dict[str, Role] = {
     "worker_failed": Role.SYMPTOM,         # torchrun: `failed (exitcode: -9) local_rank: 0 (pid: 4821) of binary: ...`
 }
 
-# Field casts the engine implements (`forensics.match.CASTS`; a test keeps the two in step).
+# Field casts the engine implements (`forensics.casts.CASTS`; a test keeps the two in step).
 CAST_NAMES = ("int", "float", "str", "bool", "kb", "bytes", "duration", "duration_ms", "flags", "signal",
               "sm_arch", "cuda_version", "cgroup_unit", "container_unit", "unquote", "klog_block", "lower", "command")
 

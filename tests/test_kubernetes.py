@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from forensics.cli import main
-from forensics.match import CASTS
+from forensics.casts import CASTS
 
 UID = "93e17ecc-ab55-461a-b526-29248d2554ad"
 C1 = "05657a9c673d612aedd955a65136ccca36b82ba987831de7844cdc0238f1d707"

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forensics import cli_rules, match
-from forensics.match import (
+from forensics.casts import (
     cast_bytes,
     cast_cgroup_unit,
     cast_cuda_version,
@@ -25,12 +25,9 @@ from forensics.match import (
     cast_kb,
     cast_signal,
     cast_sm_arch,
-    event_fields,
-    Matcher,
-    match_records,
     parse_server_args,
-    run_examples,
 )
+from forensics.match import Matcher, event_fields, match_records, run_examples
 from forensics.explain import explain, top_level
 from forensics.parse import parse_text
 from forensics.rulepacks import RuleSet, load_pack, load_rules

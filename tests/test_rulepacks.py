@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.match import CASTS
+from forensics.casts import CASTS
 from forensics.sizes import human_size
 from forensics.rulepacks import (
     BUILTIN_DIR,
