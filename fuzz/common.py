@@ -309,7 +309,8 @@ def check_pack_yaml(data: bytes) -> None:
 
 def check_match(data: bytes) -> None:
     """Records parsed from the bytes, matched by the built-in rules; the vectorised and general paths agree."""
-    from forensics.match import match_records, parse_command_flags, parse_server_args
+    from forensics.casts import parse_command_flags, parse_server_args
+    from forensics.match import match_records
     from forensics.parse import parse_text
 
     text = data.decode("utf-8", "replace")
