@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 import yaml
 
 from . import kubepods
+from .casts import parse_command_flags, parse_server_args as scan_server_args
 from .correlate import evidence_of
 from .correlation_packs import Location
 from .correlation_packs import _Reader as _NodeReader
@@ -516,64 +516,29 @@ def _kube_fields(fields: Mapping[str, Any], memcg: bool) -> dict[str, str]:
 # flags
 
 
-_SERVER_ARGS = re.compile(r"server_args=(?:ServerArgs\((?P<repr>.*)\)|(?P<dict>\{.*\}))\s*$", re.S)
-_KV = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\[[^\]]*\]|\{[^}]*\}|[^,]+)")
-_DKV = re.compile(r"'(\w+)':\s*('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\[[^\]]*\]|\{[^}]*\}|[^,}]+)")
-_EMPTY = {"none", "false", "[]", "{}", "''", '""', "..."}
+def _flag_texts(flags: Mapping[str, Any]) -> dict[str, str]:
+    """Flags as the review reads them, `--flag` -> the text of its value: None and False are flags not given, True
+    is `true`."""
+    return {flag_key(k): "true" if v is True else str(v) for k, v in flags.items() if v is not None and v is not False}
 
 
 def parse_command(command: str) -> dict[str, str]:
-    """`--flag value` / `--flag=value` / bare `--switch` (-> `true`) from a command line."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = command.split()
-    out: dict[str, str] = {}
-    i = 0
-    while i < len(words):
-        w = words[i]
-        if w.startswith("--") and len(w) > 2:
-            if "=" in w:
-                k, v = w.split("=", 1)
-                out[k] = v
-            elif i + 1 < len(words) and not words[i + 1].startswith("--"):
-                out[w] = words[i + 1]
-                i += 1
-            else:
-                out[w] = "true"
-        i += 1
-    return out
+    """`--flag value` / `--flag=value` / bare `--switch` (-> `true`) from a command line, read as the rules' `flags`
+    cast reads it (`casts.parse_command_flags`)."""
+    return _flag_texts(parse_command_flags(command))
 
 
 def parse_server_args(message: str) -> dict[str, str]:
     """SGLang's `server_args=ServerArgs(a=1, b='x', ...)` (or its 0.5.23 dict form) -> {--a: '1', --b: 'x'},
-    leaving out unset values (None, False, empty)."""
-    m = _SERVER_ARGS.search(message)
-    if not m:
-        return {}
-    body = m.group("repr") if m.group("repr") is not None else m.group("dict")
-    pairs = _KV.findall(body) if m.group("repr") is not None else _DKV.findall(body)
-    out: dict[str, str] = {}
-    for k, v in pairs:
-        v = v.strip()
-        if v.lower() in _EMPTY:
-            continue
-        if v[:1] in "'\"" and v[-1:] == v[:1]:
-            v = v[1:-1]
-        out[flag_key(k)] = "true" if v == "True" else v
-    return out
+    leaving out unset values (None, False), read as the rules' `flags` cast reads it (`casts.parse_server_args`)."""
+    return _flag_texts(scan_server_args(message))
 
 
 def flags_of(fields: Mapping[str, Any], message: str) -> dict[str, str]:
     """A server_config event's flags (`--flag` -> value text), from `fields.flags`, else parsed."""
     raw = fields.get("flags")
-    out: dict[str, str] = {}
     if isinstance(raw, dict) and raw:
-        for k, v in raw.items():
-            if v is None or v is False:
-                continue
-            out[flag_key(k)] = "true" if v is True else str(v)
-        return out
+        return _flag_texts(raw)
     if fields.get("command"):
         return parse_command(str(fields["command"]))
     if "server_args=" in message:

@@ -52,6 +52,27 @@ def test_parse_server_args_both_forms() -> None:
         {"--tp-size": "2", "--z": "true"}
 
 
+@pytest.mark.parametrize("line", [
+    AR,
+    "python -m sglang.launch_server --served-model-name a b --port 30000 --tp 2",   # a flag of several values
+    "python -m x --offset -1 --scale=-2.5e-3 --debug",                                 # negative numbers are values
+    "python -m x --chat-template '' --lora-paths",                                     # an empty value, a bare switch
+    "[2025-05-25 20:19:41] server_args=ServerArgs(model_path='/m', tp_size=8, lora_paths=[], chat_template='', "
+    "api_key=None, enable_dp_attention=False, disable_cuda_graph=True, json_model_override_args='{\"a\": 1}')",
+    "server_args={'model_path': '/m', 'tp_size': 2, 'api_key': None, 'enable_metrics': True}",
+])
+def test_flags_parsed_from_the_message_are_those_the_rules_cast(line: str) -> None:
+    """A launch configuration's flags are the same whether its rule cast them (`fields.flags`, `casts.cast_flags`)
+    or the review parses them from the event (`flags_of` without them: a user pack's event, a command alone)."""
+    from forensics.casts import cast_flags
+
+    cast = flags_of({"flags": cast_flags(line.split("] ", 1)[-1])}, "")
+    assert cast
+    assert flags_of({}, line) == cast
+    if "server_args=" not in line:
+        assert flags_of({"command": line}, "") == cast
+
+
 def _notes(command: str) -> dict[str, str]:
     return {f.name: f.note for f in review_flags(parse_command(command), KN)}
 
