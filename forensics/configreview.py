@@ -36,12 +36,12 @@ import yaml
 from . import kubepods
 from .casts import parse_command_flags, parse_server_args as scan_server_args
 from .correlate import evidence_of
-from .correlation_packs import Location
 from .correlation_packs import _Reader as _NodeReader
 from .eventview import EventView
 from .gpuholders import others_fields
 from .model import Flag, ServerConfig
 from .statements import fill, fill_prose, template_names
+from .yamlread import Location, PackError
 
 # libyaml's safe loader when PyYAML has it (same nodes and marks, several times faster)
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,13 +56,8 @@ WHEN_KEYS = ("present", "equals", "above", "below", "with", "without")
 OOM_CONSTRAINTS = ("global", "memcg", "cpuset", "mempolicy")
 
 
-class KnowledgeError(Exception):
-    def __init__(self, errors: Sequence[tuple[str, int, str]]):
-        self.errors = list(errors)
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        return "\n".join(f"{p}:{n}: {m}" for p, n, m in self.errors)
+class KnowledgeError(PackError):
+    """Problems in knowledge files: `errors` is a list of (path, line, message), all of them at once."""
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from .coverage import COVERAGE_LOGS, COVERAGE_STATES
 from .eventview import ENTITIES, as_text
 from .model import Confidence
 from .statements import template_names
-from .yamlread import construct
+from .yamlread import Location, PackError, construct
 
 # libyaml's safe loader when PyYAML has it (same nodes and marks, several times faster)
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -73,24 +73,8 @@ _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-class CorrelationError(Exception):
+class CorrelationError(PackError):
     """Problems in correlation files: `errors` is a list of (path, line, message), all of them at once."""
-
-    def __init__(self, errors: Sequence[tuple[str, int, str]]):
-        self.errors = list(errors)
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        return "\n".join(f"{p}:{n}: {m}" for p, n, m in self.errors)
-
-
-@dataclass(frozen=True)
-class Location:
-    path: str
-    line: int
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}"
 
 
 @dataclass(frozen=True)

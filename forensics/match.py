@@ -39,7 +39,6 @@ from .rulepacks import (
     Context,
     Direction,
     Engine,
-    Location,
     Rule,
     RuleSet,
     render_title,
@@ -48,6 +47,7 @@ from .rulepacks import (
 )
 from .regexbudget import REGEX_TIMEOUT, RegexBudget
 from .schema import EVENT_SCHEMA, RECORD_SCHEMA, detached, empty_events
+from .yamlread import Location
 
 ROW = "__row"
 _REC_COLS = ("ts", "ts_source", "host", "ident", "pid", "unit", "rank", "message", "source_id", "path", "line",

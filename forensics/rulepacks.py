@@ -71,7 +71,7 @@ from .asides import drop_asides, drop_tail
 from .cachefiles import code_digest, generation, keep_pickled, private_dir, prune, read_pickled, write_atomic
 from .literals import MIN_LITERAL, derive_literals
 from .sizes import SIZE_SPECS, format_value
-from .yamlread import construct
+from .yamlread import Location, PackError, construct
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "rules"
 ENV_VAR = "FORENSICS_RULES"
@@ -194,24 +194,8 @@ _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 # errors
 
 
-@dataclass(frozen=True)
-class Location:
-    path: str
-    line: int
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}"
-
-
-class RulePackError(Exception):
+class RulePackError(PackError):
     """One or more problems in rule pack files: `errors` is a list of (path, line, message)."""
-
-    def __init__(self, errors: Sequence[tuple[str, int, str]]):
-        self.errors = list(errors)
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        return "\n".join(f"{p}:{n}: {m}" for p, n, m in self.errors)
 
 
 class _Errors:
@@ -1091,7 +1075,8 @@ def load_rules(extra_dirs: Sequence[Path | str] = (), *, builtin: bool = True,
 _LOADED: dict[tuple, RuleSet] = {}
 SETS_KEPT = 8   # the newest rule sets kept in the private cache directory (one per set of packs used lately)
 # what reading and checking the packs depends on besides their files: this module and those it reads them with
-_SET_CODE = code_digest(__file__, *(str(Path(__file__).with_name(m)) for m in ("literals.py", "asides.py", "sizes.py")))
+_SET_CODE = code_digest(__file__, *(str(Path(__file__).with_name(m))
+                                     for m in ("literals.py", "asides.py", "sizes.py", "yamlread.py")))
 
 
 def _set_path(key: tuple) -> Path | None:

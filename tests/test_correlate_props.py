@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forensics.correlate import Timeline, correlate_views, match_at
-from forensics.correlation_packs import Correlation, Join, Location, Step
+from forensics.correlation_packs import Correlation, Join, Step
+from forensics.yamlread import Location
 from forensics.coverage import Coverage, CoverageReport
 from forensics.eventview import views
 from forensics.statements import Filler, fill, fill_prose
