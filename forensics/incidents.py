@@ -54,7 +54,6 @@ from .coverage import Coverage, SourceSpan
 from .eventview import KERNEL_KINDS, UNKNOWN_HOST, EventView
 from .statements import Filler
 from .correlate_store import (
-    DUP_SECONDS,  # noqa: F401 - re-exported (incidents.DUP_SECONDS)
     EventSource,
     correlation_kinds,
     fold_copies,

@@ -352,15 +352,15 @@ def _clip(line: str, n: int = 80) -> str:
 
 
 def _load_rules(opts: IngestOptions):  # -> RuleSet | None
+    """The rule set to match with (None: --no-rules), loaded while the inputs are detected (`ingest` runs this on a
+    thread of its own); the matcher's module is imported there too, off the first source's path."""
     if not opts.match:
         return None
-    try:
-        from .match import match_records  # noqa: F401
-        from .rulepacks import load_rules
-    except ImportError:
-        return None
-    from pathlib import Path
+    import importlib
 
+    from .rulepacks import load_rules
+
+    importlib.import_module(".match", __package__)
     return load_rules([Path(d) for d in opts.rules_dirs], keep=True)
 
 

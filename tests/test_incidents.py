@@ -33,17 +33,6 @@ May 25 20:17:19 dflash-train systemd[1]: sglang...
 """
 
 
-def _have_pipeline() -> bool:
-    try:
-        import forensics.match  # noqa: F401
-    except ImportError:
-        return False
-    return SAMPLES.is_dir() and any(SAMPLES.iterdir())
-
-
-needs_samples = pytest.mark.skipif(not _have_pipeline(), reason="samples/incident or forensics.match not there yet")
-
-
 def _ingest(store: Path, *paths: str, **opts: object) -> Store:
     from forensics.pipeline import IngestOptions, ingest
 
@@ -54,8 +43,6 @@ def _ingest(store: Path, *paths: str, **opts: object) -> Store:
 
 @pytest.fixture(scope="module")
 def seed_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
-    if not _have_pipeline():
-        pytest.skip("samples/incident or forensics.match not there yet")
     return _ingest(tmp_path_factory.mktemp("seed") / "store", str(SAMPLES))
 
 
@@ -69,7 +56,6 @@ def seed(seed_store: Store) -> dict:
 # ---------------------------------------------------------------------------------------- the seed samples
 
 
-@needs_samples
 def test_seed_incident_shape(seed: dict) -> None:
     for key in ("id", "start", "end", "hosts", "units", "headline", "root_cause", "symptoms", "gaps"):
         assert key in seed
@@ -81,7 +67,6 @@ def test_seed_incident_shape(seed: dict) -> None:
     assert all(set(e) >= {"path", "line"} for e in seed["root_cause"]["evidence"])
 
 
-@needs_samples
 def test_seed_eagle3_sigkill_is_the_kernel_oom_kill_confirmed(seed: dict) -> None:
     rc = seed["root_cause"]
     assert (rc["kind"], rc["confidence"], rc["unit"]) == ("oom_kill", "confirmed", EAGLE)
@@ -94,7 +79,6 @@ def test_seed_eagle3_sigkill_is_the_kernel_oom_kill_confirmed(seed: dict) -> Non
     assert any(Path(e["path"]).name == "journal-eagle3.log" for e in rc["evidence"])
 
 
-@needs_samples
 def test_seed_k26_crash_after_ready_is_flashinfer_on_sm120(seed: dict) -> None:
     ar = [c for c in seed["conclusions"] if c["unit"] == AR]
     assert len(ar) == 1
@@ -107,7 +91,6 @@ def test_seed_k26_crash_after_ready_is_flashinfer_on_sm120(seed: dict) -> None:
     assert {"child_failed", "service_killed"} <= kinds
 
 
-@needs_samples
 def test_seed_cgroup_lines_are_folded_as_context(seed: dict) -> None:
     cg = [e for e in seed["events"] if e["kind"] == "cgroup_kill_failed"]
     assert cg and all(e["role"] == "context" for e in cg)
@@ -117,7 +100,6 @@ def test_seed_cgroup_lines_are_folded_as_context(seed: dict) -> None:
     assert "not the cause of this failure" in seed["root_cause"]["statement"]
 
 
-@needs_samples
 def test_seed_flags_of_both_units_are_reviewed(seed: dict) -> None:
     by_unit = {c["unit"]: c for c in seed["configs"]}
     assert set(by_unit) >= {EAGLE, AR}
@@ -131,7 +113,6 @@ def test_seed_flags_of_both_units_are_reviewed(seed: dict) -> None:
     assert "workaround" in {f["name"]: f for f in by_unit[AR]["flags"]}["--attention-backend"]["note"]
 
 
-@needs_samples
 def test_seed_environment_and_gaps(seed: dict) -> None:
     env = seed["environment"]
     assert env["sm"] == "sm_120" and env["kernel"] == "6.8.0-60-generic" and env["driver"] == "575.57.08"
@@ -141,7 +122,6 @@ def test_seed_environment_and_gaps(seed: dict) -> None:
     assert "kernel log of dflash-train around 20:29" in whats  # dmesg ends before the second crash
 
 
-@needs_samples
 def test_seed_is_deterministic(seed_store: Store, tmp_path: Path) -> None:
     a = json.dumps([incident_json(i) for i in build_incidents(seed_store)], sort_keys=True)
     b = json.dumps([incident_json(i) for i in build_incidents(seed_store)], sort_keys=True)
@@ -158,7 +138,6 @@ def test_seed_is_deterministic(seed_store: Store, tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------- the first seed alone
 
 
-@pytest.mark.skipif(not _have_pipeline(), reason="forensics.match not there yet")
 def test_journal_only_seed_suspects_oom_and_confirms_nothing(tmp_path: Path) -> None:
     (tmp_path / "journal.txt").write_text(SEED_JOURNAL)
     store = _ingest(tmp_path / "store", str(tmp_path / "journal.txt"), year=2025)
@@ -309,7 +288,6 @@ def test_cli_incidents_json_and_selection(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "no store" in r.stderr
 
 
-@pytest.mark.skipif(not _have_pipeline(), reason="forensics.match not there yet")
 @pytest.mark.parametrize("port", ["30001", None])
 def test_next_steps_name_the_port_the_units_configuration_gives(tmp_path: Path, port: str | None) -> None:
     """`{port}` in a rule's next steps is the unit's `--port` (sglang-k26.service runs on 30001 in the seed), and
