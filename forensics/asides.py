@@ -3,7 +3,7 @@
 `a memory cgroup limit ({cgroup})` with no cgroup reads `a memory cgroup limit`, and an event title
 `CUDA out of memory: tried to allocate {tried} (GPU {gpu}: {free} free of {total})` without the GPU's figures
 reads `CUDA out of memory: tried to allocate 5.24 GiB`. Used by correlations' prose (`statements.fill_prose`) and
-by rules' titles (`rulepacks.render_title`, and its polars twin `match._title_expr`).
+by rules' titles (`rulemodel.render_title`, and its polars twin `match._title_expr`).
 
 A title's tail `: {name}` is an aside too (`SGLang Scheduler crashed: {exception}` of a record whose exception line
 is not there reads `SGLang Scheduler crashed`, not `...: ?`).

@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
-from .rulepacks import CAST_NAMES
+from .rulemodel import CAST_NAMES
 
 _SIZE = {"": 1, "b": 1, "byte": 1, "bytes": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
          "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40,
@@ -319,7 +319,7 @@ CASTS: dict[str, Callable[[Any], Any]] = {
     "lower": lambda v: str(v).lower(),
     "command": cast_command,
 }
-assert set(CASTS) == set(CAST_NAMES), "forensics.rulepacks.CAST_NAMES and casts.CASTS disagree"
+assert set(CASTS) == set(CAST_NAMES), "forensics.rulemodel.CAST_NAMES and casts.CASTS disagree"
 
 
 def apply_cast(name: str, value: Any) -> Any:

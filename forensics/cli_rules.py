@@ -19,16 +19,8 @@ import polars as pl
 
 from .model import line_span
 from .query import name_filter
-from .rulepacks import (
-    KINDS,
-    Rule,
-    RulePackError,
-    RuleSet,
-    Severity,
-    load_pack,
-    load_rules,
-    ruleset_of,
-)
+from .rulemodel import KINDS, Rule, RuleSet, Severity
+from .rulepacks import RulePackError, load_pack, load_rules, ruleset_of
 
 SEVERITY_ORDER = [s.value for s in Severity]        # critical first
 

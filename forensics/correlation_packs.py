@@ -600,7 +600,7 @@ class _Reader:
 
 def known_kinds() -> set[str]:
     try:
-        from .rulepacks import KINDS
+        from .rulemodel import KINDS
     except ImportError:  # pragma: no cover - rulepacks ships with the package
         return set()
     return set(KINDS)

@@ -24,7 +24,7 @@ import regex
 
 from .match import globs_admit, match_records
 from .regexbudget import REGEX_TIMEOUT, RegexBudget
-from .rulepacks import Rule, RuleSet, split_flags
+from .rulemodel import Rule, RuleSet, split_flags
 
 
 def _escape_end(p: str, i: int) -> int:

@@ -35,16 +35,7 @@ from .casts import SIGNALS, apply_cast
 from .globs import glob_rx, globs_expr
 from .literals import search_groups
 from .asides import ASIDE, TAIL, aside_names
-from .rulepacks import (
-    Context,
-    Direction,
-    Engine,
-    Rule,
-    RuleSet,
-    render_title,
-    size_fields,
-    wrap,
-)
+from .rulemodel import Context, Direction, Engine, Rule, RuleSet, render_title, size_fields, wrap
 from .regexbudget import REGEX_TIMEOUT, RegexBudget
 from .schema import EVENT_SCHEMA, RECORD_SCHEMA, detached, empty_events
 from .yamlread import Location

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import regex
 
-from .rulepacks import Rule
+from .rulemodel import Rule
 
 REGEX_TIMEOUT = 0.25    # seconds: one search of one message is stopped after this
 REGEX_BUDGET = 1.0      # seconds: a rule's charged time per source before it is no longer applied to it

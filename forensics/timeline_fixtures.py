@@ -50,7 +50,7 @@ def _fixture_time(value: Any, date: str) -> datetime | None:
 
 def load_timeline(path: Path | str) -> TimelineFixture:
     """A fixture timeline (see tests/fixtures/timelines/README.md). Raises CorrelationError with file:line."""
-    from .rulepacks import KINDS
+    from .rulemodel import KINDS
 
     p = Path(path)
     r = _Reader(str(p), p.read_text(encoding="utf-8"), KINDS)

@@ -109,7 +109,8 @@ def _optional_fields() -> dict[str, set[str]]:
 
     from forensics.match import match_records
     from forensics.parse import parse_text
-    from forensics.rulepacks import RuleSet, load_rules
+    from forensics.rulemodel import RuleSet
+    from forensics.rulepacks import load_rules
 
     out: dict[str, set[str]] = {}
     for r in load_rules(env={}).rules:

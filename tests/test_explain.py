@@ -15,7 +15,8 @@ from forensics import cli_rules
 from forensics.explain import (TYPO_MAX, NearMiss, _edit_notes, _word_at, explain, literal_count, near_miss, top_level,
                                typo_prefix)
 from forensics.parse import parse_text
-from forensics.rulepacks import RuleSet, load_rules
+from forensics.rulemodel import RuleSet
+from forensics.rulepacks import load_rules
 
 OOM = ("Out of memory: Killed process 48213 (python3) total-vm:548712344kB, anon-rss:502847612kB, "
        "file-rss:86532kB, shmem-rss:12288kB, UID:0 pgtables:985420kB oom_score_adj:0")

@@ -30,7 +30,8 @@ from forensics.casts import (
 from forensics.match import Matcher, event_fields, match_records, run_examples
 from forensics.explain import explain, top_level
 from forensics.parse import parse_text
-from forensics.rulepacks import RuleSet, load_pack, load_rules
+from forensics.rulemodel import RuleSet
+from forensics.rulepacks import load_pack, load_rules
 from forensics.schema import EVENT_SCHEMA, RECORD_SCHEMA, conform
 from helpers import backtrack_pack
 

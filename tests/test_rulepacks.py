@@ -10,16 +10,8 @@ import pytest
 
 from forensics.casts import CASTS
 from forensics.sizes import human_size
-from forensics.rulepacks import (
-    BUILTIN_DIR,
-    CAST_NAMES,
-    KINDS,
-    Engine,
-    RulePackError,
-    load_pack,
-    load_rules,
-    render,
-)
+from forensics.rulemodel import CAST_NAMES, KINDS, Engine, render
+from forensics.rulepacks import BUILTIN_DIR, RulePackError, load_pack, load_rules
 
 # The stable vocabulary of event-kinds.md (reference/event-kinds.md in the shared reference).
 DOC_KINDS = (

@@ -18,7 +18,7 @@ from forensics.render.data import Excerpt, ExcerptLine, ReportData
 from forensics.render.impact import unit_impacts
 from forensics.render.nodes import first_failed, node_sentences
 from forensics.render.options import ReportOptions
-from forensics.rulepacks import STANDARD_PLACEHOLDERS
+from forensics.rulemodel import STANDARD_PLACEHOLDERS
 from forensics.render.timefmt import INFERRED, MARK, TIME_SOURCE_WORDS, Clock, duration, parse_ts
 
 KIND_LABELS: dict[str, str] = {
