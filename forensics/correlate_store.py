@@ -5,7 +5,7 @@ with the hosts and units the logs imply, each event's place in the deterministic
 is significant, and its *fold session*: the events of one kind and host whose first lines read the same,
 chained by at most DUP_SECONDS. A line seen in several sources can only be folded with events of its own
 session, so a session is the unit of work: asking for some events (`EventSource.load(mask)`) builds the
-EventViews of every session they touch, gives them the unit of their process (`_units_by_pid`, answered
+EventViews of every session they touch, gives them the unit of their process (`units_by_pid`, answered
 for the pids at hand by a filtered scan), folds the copies, and keeps the primaries. Asking twice builds
 nothing twice, and what comes back is exactly what preparing every event of the store would give for those
 events: the same EventViews (ids, seq, entities), the same primaries and copies.
@@ -425,7 +425,7 @@ class EventSource:
 
 
 # the narrow frame kept between runs: computing it reads every event's message and fields (a second for half a
-# million events); its file is named by a digest of what it derives from (see incidents.prepare)
+# million events); its file is named by a digest of what it derives from (see prepare.prepare)
 NARROW_KEPT = 4                        # the newest narrow files kept in a store's cache
 _CODE = code_digest(__file__)          # how the frame is computed (and polars' version, below) name it too
 

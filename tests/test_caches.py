@@ -87,7 +87,7 @@ def test_the_record_tables_are_kept_and_read_back(tmp_path: Path, monkeypatch) -
             return fn()
         return compute(st, wrapped, code)
 
-    monkeypatch.setattr("forensics.incidents.record_tables", counting)
+    monkeypatch.setattr("forensics.prepare.record_tables", counting)
     assert _js(build_incidents(store)) == first and calls[0] == 0      # read back, not computed
     # one host asked for: the kept spans filtered by host, the same incidents as building every one
     for inc in json.loads("[" + ",".join(first) + "]"):
