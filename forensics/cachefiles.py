@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import pickle
 import stat
@@ -104,6 +105,20 @@ def private_dir() -> Path | None:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         return None
     return path
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of a file's bytes (a pack file of a few kB: cheap, and exact); raises OSError."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def pickle_path(family: str, what: Sequence[object]) -> Path | None:
+    """Where an object derived from `what` (what it is read from and with: files' digests, the code's, versions) is
+    pickled in the private directory, `<family>~<digest of what>.pickle`; None when there is no private directory."""
+    d = private_dir()
+    if d is None:
+        return None
+    return d / f"{family}~{hashlib.sha256(json.dumps(list(what), default=str).encode()).hexdigest()[:32]}.pickle"
 
 
 def read_pickled(path: Path) -> object | None:

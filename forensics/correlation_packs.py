@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import hashlib
-import json
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -39,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from .cachefiles import code_digest, keep_pickled, private_dir, read_pickled
+from .cachefiles import code_digest, file_digest, keep_pickled, pickle_path, read_pickled
 from .coverage import COVERAGE_LOGS, COVERAGE_STATES
 from .eventview import ENTITIES, as_text
 from .model import Confidence
@@ -673,20 +671,15 @@ def _kept_path(dirs: Sequence[Path], known: set[str], fixture_dir: Path) -> Path
     none, or a directory is missing, an error to report). Named after each pack file's path and digest, the kinds
     they may name, the fixture directory, the code that reads them and the versions of YAML and Python (pickles);
     which fixtures exist is checked when they are read back (`_kept`)."""
-    d = private_dir()
-    if d is None or not all(x.is_dir() for x in dirs):
-        return None
-    files = []
+    if not all(x.is_dir() for x in dirs):
+        return None   # the full read reports it
     try:
-        for x in dirs:
-            for f in sorted(x.glob("*.yaml")):
-                files.append((str(f.resolve()), hashlib.sha256(f.read_bytes()).hexdigest()))
+        files = [(str(f.resolve()), file_digest(f)) for x in dirs for f in sorted(x.glob("*.yaml"))]
     except OSError:
         return None   # unreadable: the full read reports it
     here = Path(__file__).parent
-    what = [code_digest(*(str(here / m) for m in _READ_BY)), files, sorted(known), str(fixture_dir.resolve()),
-            yaml.__version__, sys.version]
-    return d / f"correlations~{hashlib.sha256(json.dumps(what).encode()).hexdigest()[:32]}.pickle"
+    return pickle_path("correlations", [code_digest(*(str(here / m) for m in _READ_BY)), files, sorted(known),
+                                        str(fixture_dir.resolve()), yaml.__version__, sys.version])
 
 
 def _kept(path: Path, fixture_dir: Path) -> tuple[Correlation, ...] | None:

@@ -66,7 +66,8 @@ from typing import Any
 import regex
 import yaml
 
-from .cachefiles import code_digest, generation, keep_pickled, private_dir, prune, read_pickled, write_atomic
+from .cachefiles import (code_digest, file_digest, generation, keep_pickled, pickle_path, prune, read_pickled,
+                         write_atomic)
 from .literals import MIN_LITERAL, derive_literals
 from .rulemodel import (
     CAST_NAMES,
@@ -705,13 +706,10 @@ def _set_path(key: tuple) -> Path | None:
     """Where the rule set of these pack files (`key`: their paths and digests) is kept, in the private cache
     directory (None: there is none). Named also after the code that reads them, the versions of what checks the
     patterns and of Python (pickles), and the working directory (rules locate themselves relative to it)."""
-    d = private_dir()
-    if d is None:
-        return None
     import polars as pl
 
-    what = [_SET_CODE, key, os.getcwd(), pl.__version__, regex.__version__, yaml.__version__, sys.version]
-    return d / f"ruleset~{hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()[:32]}.pickle"
+    return pickle_path("ruleset", [_SET_CODE, key, os.getcwd(), pl.__version__, regex.__version__, yaml.__version__,
+                                   sys.version])
 
 
 def _kept_set(path: Path) -> RuleSet | None:
@@ -809,7 +807,7 @@ def _keep_texts(t: RuleTexts, path: Path) -> bool:
 def _stamp(f: Path) -> tuple[str]:
     """What identifies a pack file's content (its digest: cheap for files of a few kB, and exact)."""
     try:
-        return (hashlib.sha256(f.read_bytes()).hexdigest(),)
+        return (file_digest(f),)
     except OSError:
         return ("",)
 
